@@ -1,0 +1,59 @@
+# mqbalance developer commands. `make demo` and `make test` work on a fresh machine:
+# they create the virtual environment and build the local control plane when missing.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: help venv control-plane demo test test-unit lint format bench crds clean
+
+help:
+	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
+	@echo "make test           lint, type-check and run every test (unit, Spark, integration)"
+	@echo "make test-unit      only the fast tests that need no control plane or Spark"
+	@echo "make lint           ruff and mypy"
+	@echo "make bench          run the benchmarks in bench/ (prints tables)"
+	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make crds           copy crds/ into the Helm chart"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+control-plane:
+	bash hack/build-control-plane.sh
+
+demo: venv control-plane
+	$(BIN)/mqbalance demo
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p mqbalance
+	$(BIN)/mypy tests bench
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: venv control-plane lint
+	$(BIN)/pytest
+
+test-unit: venv
+	$(BIN)/pytest tests/unit
+
+bench: venv control-plane
+	$(BIN)/python bench/bench_allocation.py
+	$(BIN)/python bench/bench_sidecar.py
+	$(BIN)/python bench/bench_replay.py
+
+crds:
+	cp crds/*.yaml charts/mqbalance/crds/
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

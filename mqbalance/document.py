@@ -1,0 +1,173 @@
+"""The assignment document: what the operator publishes and every sidecar serves.
+
+It is stored as JSON under ``assignment.json`` in ConfigMap ``<group>-assignment``.
+Queues are grouped as ``{member: {broker: [queueId, ...]}}`` per topic, which stays
+compact for thousands of queues (about 3 bytes a queue).
+
+    {
+      "group": "orders-consumer", "generation": 7, "strategy": "STICKY",
+      "messageModel": "CLUSTERING", "computedAt": 1795400000.123, "reason": "member-joined",
+      "members": {"orders-7f9c-abcde": "zone-a"},
+      "brokerZones": {"broker-a": "zone-a"},
+      "topics": {"orders": {"orders-7f9c-abcde": {"broker-a": [0, 1, 2]}}}
+    }
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqbalance.model import Assignment, MessageQueue, sort_queues
+
+CONFIGMAP_KEY = "assignment.json"
+"""The ConfigMap data key that holds the document."""
+
+QueueMap = dict[str, dict[str, list[int]]]
+"""member -> broker -> queue ids: the compact JSON form of one topic's assignment."""
+
+
+class DocumentError(ValueError):
+    """An assignment document that cannot be read."""
+
+
+def configmap_name(group_resource: str) -> str:
+    """Name of the ConfigMap that holds a ConsumerGroup's assignment."""
+    return f"{group_resource}-assignment"
+
+
+def encode_queue_map(assignment: Assignment) -> QueueMap:
+    """One topic's assignment in compact form; every member is kept, even with no queues."""
+    out: QueueMap = {}
+    for member, queues in assignment.items():
+        by_broker: dict[str, list[int]] = {}
+        for mq in sort_queues(queues):
+            by_broker.setdefault(mq.broker_name, []).append(mq.queue_id)
+        out[member] = by_broker
+    return out
+
+
+def decode_queue_map(topic: str, data: Any) -> dict[str, tuple[MessageQueue, ...]]:
+    """The inverse of :func:`encode_queue_map`, validating the shape."""
+    if not isinstance(data, dict):
+        raise DocumentError(f"topic {topic!r}: expected an object of members, got {type(data).__name__}")
+    out: dict[str, tuple[MessageQueue, ...]] = {}
+    for member, by_broker in data.items():
+        if not isinstance(by_broker, dict):
+            raise DocumentError(f"topic {topic!r}, member {member!r}: expected an object of brokers")
+        queues: list[MessageQueue] = []
+        for broker, ids in by_broker.items():
+            if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids):
+                raise DocumentError(
+                    f"topic {topic!r}, member {member!r}, broker {broker!r}: expected a list of queue ids"
+                )
+            queues.extend(MessageQueue(topic, broker, i) for i in ids)
+        out[member] = tuple(sort_queues(queues))
+    return out
+
+
+@dataclass(frozen=True)
+class AssignmentDocument:
+    """One published generation of a consumer group's assignment."""
+
+    group: str
+    """The RocketMQ consumer group name."""
+    generation: int
+    strategy: str
+    message_model: str
+    computed_at: float
+    """Unix time (seconds) when the operator computed this generation."""
+    reason: str
+    members: Mapping[str, str]
+    """Member (pod name) -> zone."""
+    topics: Mapping[str, Assignment]
+    """RocketMQ topic name -> member -> queues."""
+    broker_zones: Mapping[str, str] = field(default_factory=dict)
+
+    def queues_of(self, member: str) -> dict[str, tuple[MessageQueue, ...]]:
+        """A member's queues per topic; empty tuples where it holds none."""
+        return {topic: assignment.get(member, ()) for topic, assignment in self.topics.items()}
+
+    def same_assignment(self, other: AssignmentDocument | None) -> bool:
+        """True when publishing ``self`` after ``other`` would change nothing a consumer sees."""
+        return (
+            other is not None
+            and self.strategy == other.strategy
+            and self.message_model == other.message_model
+            and dict(self.members) == dict(other.members)
+            and dict(self.broker_zones) == dict(other.broker_zones)
+            and _normalized(self.topics) == _normalized(other.topics)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "generation": self.generation,
+            "strategy": self.strategy,
+            "messageModel": self.message_model,
+            "computedAt": self.computed_at,
+            "reason": self.reason,
+            "members": dict(sorted(self.members.items())),
+            "brokerZones": dict(sorted(self.broker_zones.items())),
+            "topics": {topic: encode_queue_map(a) for topic, a in sorted(self.topics.items())},
+        }
+
+    def encode(self) -> str:
+        """Compact, key-sorted JSON: equal documents give equal bytes."""
+        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: Any) -> AssignmentDocument:
+        if not isinstance(data, dict):
+            raise DocumentError("an assignment document must be a JSON object")
+        try:
+            generation = data["generation"]
+            if not isinstance(generation, int) or generation < 0:
+                raise DocumentError(f"generation must be a non-negative integer, got {generation!r}")
+            topics = data.get("topics", {})
+            if not isinstance(topics, dict):
+                raise DocumentError("topics must be an object of topic -> members")
+            members = data.get("members", {})
+            broker_zones = data.get("brokerZones", {})
+            if not isinstance(members, dict) or not isinstance(broker_zones, dict):
+                raise DocumentError("members and brokerZones must be objects")
+            return cls(
+                group=str(data["group"]),
+                generation=generation,
+                strategy=str(data["strategy"]),
+                message_model=str(data.get("messageModel", "CLUSTERING")),
+                computed_at=float(data.get("computedAt", 0.0)),
+                reason=str(data.get("reason", "")),
+                members={str(k): str(v) for k, v in members.items()},
+                broker_zones={str(k): str(v) for k, v in broker_zones.items()},
+                topics={t: decode_queue_map(t, a) for t, a in topics.items()},
+            )
+        except KeyError as e:
+            raise DocumentError(f"assignment document lacks field {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            if isinstance(e, DocumentError):
+                raise
+            raise DocumentError(f"malformed assignment document: {e}") from None
+
+    @classmethod
+    def decode(cls, text: str) -> AssignmentDocument:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DocumentError(f"assignment document is not JSON: {e}") from None
+        return cls.from_json(data)
+
+
+def _normalized(topics: Mapping[str, Assignment]) -> dict[str, dict[str, frozenset[MessageQueue]]]:
+    return {t: {m: frozenset(q) for m, q in a.items()} for t, a in topics.items()}
+
+
+def owners(assignment: Assignment) -> dict[MessageQueue, list[str]]:
+    """Queue -> the members that hold it (one in clustering mode, all in broadcasting)."""
+    out: dict[MessageQueue, list[str]] = {}
+    for member, queues in assignment.items():
+        for mq in queues:
+            out.setdefault(mq, []).append(member)
+    return out

@@ -1,0 +1,168 @@
+"""The rebalance journal: one JSON line per published generation.
+
+The operator logs a record each time it publishes; ``mqbalance replay`` reads the
+records back and replays every state through every strategy. A record holds the
+whole input of the allocation (members and zones, every readable queue and its
+zone, the strategy) and its output, so any strategy can be recomputed from it.
+
+    {"kind": "mqbalance.rebalance", "namespace": "shop", "group": "orders-consumer",
+     "generation": 7, "time": 1795400000.123, "reason": "member-joined",
+     "strategy": {"name": "STICKY", "zoneAffinity": true}, "messageModel": "CLUSTERING",
+     "members": {"pod-a": "zone-a"}, "brokerZones": {"broker-a": "zone-a"},
+     "queues": {"orders": {"broker-a": [0, 1, 2, 3]}},
+     "assignment": {"orders": {"pod-a": {"broker-a": [0, 1, 2, 3]}}},
+     "moved": 2, "computeSeconds": 0.0004}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mqbalance.document import DocumentError, decode_queue_map, encode_queue_map
+from mqbalance.model import Assignment, MessageQueue, StrategyName, StrategySpec, sort_queues
+
+KIND = "mqbalance.rebalance"
+"""Value of the ``kind`` field that marks a journal line among other log lines."""
+
+
+def strategy_to_json(spec: StrategySpec) -> dict[str, Any]:
+    """The parameters that matter for ``spec.name``, in the CRD's field names."""
+    out: dict[str, Any] = {"name": spec.name.value}
+    if spec.name is StrategyName.CONSISTENT_HASH or (
+        spec.name is StrategyName.MACHINE_ROOM_NEARBY and spec.inner is StrategyName.CONSISTENT_HASH
+    ):
+        out["virtualNodes"] = spec.virtual_nodes
+    if spec.name is StrategyName.MACHINE_ROOM_NEARBY:
+        out["inner"] = spec.inner.value
+    if spec.name is StrategyName.MACHINE_ROOM:
+        out["consumerIdcs"] = sorted(spec.consumer_idcs)
+    if spec.name is StrategyName.CONFIG:
+        out["config"] = encode_queue_map(spec.config)
+    if spec.name is StrategyName.STICKY:
+        out["zoneAffinity"] = spec.zone_affinity
+    return out
+
+
+def strategy_from_json(data: Any) -> StrategySpec:
+    """Read a strategy object (``{"name": ..., parameters...}``); raises ValueError naming the problem."""
+    if not isinstance(data, dict) or "name" not in data:
+        raise ValueError('strategy must be an object with a "name"')
+    name = _strategy_name(data["name"], "strategy name")
+    config_raw = data.get("config") or {}
+    config: dict[str, tuple[MessageQueue, ...]] = {}
+    if config_raw:
+        # CONFIG queues carry no topic of their own; the allocation fills it in.
+        config = dict(decode_queue_map("", config_raw))
+    virtual_nodes = data.get("virtualNodes", 10)
+    if not isinstance(virtual_nodes, int) or virtual_nodes < 1:
+        raise ValueError(f"virtualNodes must be a positive integer, got {virtual_nodes!r}")
+    idcs = data.get("consumerIdcs", [])
+    if not isinstance(idcs, list) or not all(isinstance(i, str) for i in idcs):
+        raise ValueError("consumerIdcs must be a list of strings")
+    return StrategySpec(
+        name=name,
+        virtual_nodes=virtual_nodes,
+        inner=_strategy_name(data.get("inner", "AVG"), "inner strategy"),
+        consumer_idcs=frozenset(idcs),
+        config=config,
+        zone_affinity=bool(data.get("zoneAffinity", False)),
+    )
+
+
+def _strategy_name(value: Any, what: str) -> StrategyName:
+    try:
+        return StrategyName(value)
+    except ValueError:
+        known = ", ".join(s.value for s in StrategyName)
+        raise ValueError(f"unknown {what} {value!r}; expected one of {known}") from None
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    namespace: str
+    group: str
+    generation: int
+    time: float
+    reason: str
+    strategy: StrategySpec
+    message_model: str
+    members: Mapping[str, str]
+    """Member -> zone."""
+    broker_zones: Mapping[str, str]
+    queues: Mapping[str, Sequence[MessageQueue]]
+    """Topic -> every readable queue, assigned or not."""
+    assignment: Mapping[str, Assignment]
+    """Topic -> member -> queues."""
+    moved: int
+    compute_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "namespace": self.namespace,
+            "group": self.group,
+            "generation": self.generation,
+            "time": self.time,
+            "reason": self.reason,
+            "strategy": strategy_to_json(self.strategy),
+            "messageModel": self.message_model,
+            "members": dict(sorted(self.members.items())),
+            "brokerZones": dict(sorted(self.broker_zones.items())),
+            "queues": {t: _queue_ids(q) for t, q in sorted(self.queues.items())},
+            "assignment": {t: encode_queue_map(a) for t, a in sorted(self.assignment.items())},
+            "moved": self.moved,
+            "computeSeconds": self.compute_seconds,
+        }
+
+    def encode(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: Any) -> JournalRecord:
+        if not isinstance(data, dict) or data.get("kind") != KIND:
+            raise DocumentError(f'not a journal record (expected "kind": "{KIND}")')
+        try:
+            queues: dict[str, list[MessageQueue]] = {}
+            for topic, by_broker in data["queues"].items():
+                queues[topic] = sort_queues(
+                    MessageQueue(topic, broker, i) for broker, ids in by_broker.items() for i in ids
+                )
+            return cls(
+                namespace=str(data["namespace"]),
+                group=str(data["group"]),
+                generation=int(data["generation"]),
+                time=float(data["time"]),
+                reason=str(data.get("reason", "")),
+                strategy=strategy_from_json(data["strategy"]),
+                message_model=str(data.get("messageModel", "CLUSTERING")),
+                members={str(k): str(v) for k, v in data["members"].items()},
+                broker_zones={str(k): str(v) for k, v in data.get("brokerZones", {}).items()},
+                queues=queues,
+                assignment={t: decode_queue_map(t, a) for t, a in data["assignment"].items()},
+                moved=int(data.get("moved", 0)),
+                compute_seconds=float(data.get("computeSeconds", 0.0)),
+            )
+        except KeyError as e:
+            raise DocumentError(f"journal record lacks field {e.args[0]!r}") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            if isinstance(e, DocumentError):
+                raise
+            raise DocumentError(f"malformed journal record: {e}") from None
+
+    @classmethod
+    def decode(cls, line: str) -> JournalRecord:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DocumentError(f"journal line is not JSON: {e}") from None
+        return cls.from_json(data)
+
+
+def _queue_ids(queues: Sequence[MessageQueue]) -> dict[str, list[int]]:
+    by_broker: dict[str, list[int]] = {}
+    for mq in sort_queues(queues):
+        by_broker.setdefault(mq.broker_name, []).append(mq.queue_id)
+    return by_broker

@@ -1,0 +1,165 @@
+"""The RocketMQ model: message queues, brokers, topic routes and strategy settings.
+
+Orderings follow Java, because a RocketMQ client computing its own share sorts
+queues and consumer ids with ``Collections.sort`` and must agree with us.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# PermName bits (org.apache.rocketmq.common.constant.PermName).
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+
+UNKNOWN_ZONE = "unknown"
+"""Zone of a consumer whose node carries no zone label, or of a broker with none."""
+
+
+def java_string_key(value: str) -> bytes:
+    """Sort key that orders strings as Java's ``String.compareTo`` does.
+
+    Java compares UTF-16 code units; Python compares code points. They differ
+    only beyond the Basic Multilingual Plane, but "exactly as RocketMQ" means
+    exactly, and big-endian UTF-16 bytes compare like unsigned code units.
+    """
+    return value.encode("utf-16-be", "surrogatepass")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQueue:
+    """One queue of a topic on one broker (org.apache.rocketmq.common.message.MessageQueue)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def sort_key(self) -> tuple[bytes, bytes, int]:
+        """MessageQueue.compareTo: topic, then broker name, then queue id."""
+        return (java_string_key(self.topic), java_string_key(self.broker_name), self.queue_id)
+
+    def __lt__(self, other: MessageQueue) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def __str__(self) -> str:
+        # MessageQueue.toString(); CONSISTENT_HASH hashes exactly this text.
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
+
+def sort_queues(queues: Iterable[MessageQueue]) -> list[MessageQueue]:
+    """Queues in RocketMQ's order, duplicates removed."""
+    return sorted(set(queues), key=MessageQueue.sort_key)
+
+
+def sort_consumers(consumers: Iterable[str]) -> list[str]:
+    """Consumer ids in RocketMQ's order (Collections.sort on String), duplicates removed."""
+    return sorted(set(consumers), key=java_string_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """A broker's share of one topic (RocketMQ's QueueData), plus the zone it runs in."""
+
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ_WRITE
+    zone: str = UNKNOWN_ZONE
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    """A topic and the brokers that host its queues (RocketMQ's TopicRouteData)."""
+
+    topic: str
+    brokers: tuple[Broker, ...]
+
+    def readable_queues(self) -> list[MessageQueue]:
+        """Queues consumers allocate over: readQueueNums of every readable broker."""
+        return sort_queues(
+            MessageQueue(self.topic, b.name, i)
+            for b in self.brokers
+            if b.readable
+            for i in range(b.read_queue_nums)
+        )
+
+    def writable_queues(self) -> list[MessageQueue]:
+        """Queues producers send to: writeQueueNums of every writable broker."""
+        return sort_queues(
+            MessageQueue(self.topic, b.name, i)
+            for b in self.brokers
+            if b.writable
+            for i in range(b.write_queue_nums)
+        )
+
+    def broker_zones(self) -> dict[str, str]:
+        return {b.name: b.zone for b in self.brokers}
+
+
+class MessageModel(enum.StrEnum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class StrategyName(enum.StrEnum):
+    """Strategy names as RocketMQ's ``AllocateMessageQueueStrategy.getName()`` returns them."""
+
+    AVG = "AVG"
+    AVG_BY_CIRCLE = "AVG_BY_CIRCLE"
+    CONSISTENT_HASH = "CONSISTENT_HASH"
+    CONFIG = "CONFIG"
+    MACHINE_ROOM = "MACHINE_ROOM"
+    MACHINE_ROOM_NEARBY = "MACHINE_ROOM_NEARBY"
+    STICKY = "STICKY"
+
+
+INNER_STRATEGIES = (StrategyName.AVG, StrategyName.AVG_BY_CIRCLE, StrategyName.CONSISTENT_HASH)
+"""Strategies MACHINE_ROOM_NEARBY may delegate to inside a zone."""
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """A strategy and its parameters, as a ConsumerGroup or an allocate request names them."""
+
+    name: StrategyName
+    virtual_nodes: int = 10
+    """CONSISTENT_HASH (also as the inner strategy of MACHINE_ROOM_NEARBY)."""
+    inner: StrategyName = StrategyName.AVG
+    """MACHINE_ROOM_NEARBY: the strategy used inside each zone."""
+    consumer_idcs: frozenset[str] = frozenset()
+    """MACHINE_ROOM: the idcs (the part before '@' of a broker name) this group consumes."""
+    config: Mapping[str, tuple[MessageQueue, ...]] = field(default_factory=dict)
+    """CONFIG: the explicit queues of each consumer."""
+    zone_affinity: bool = False
+    """STICKY: place queues in their broker's zone where balance allows."""
+
+
+Assignment = Mapping[str, tuple[MessageQueue, ...]]
+"""Consumer id -> its queues in RocketMQ's order. Every consumer of the group is a key."""
+
+
+@dataclass(frozen=True)
+class Zones:
+    """Where brokers and consumers run. Missing entries are in UNKNOWN_ZONE."""
+
+    brokers: Mapping[str, str] = field(default_factory=dict)
+    consumers: Mapping[str, str] = field(default_factory=dict)
+
+    def of_broker(self, broker_name: str) -> str:
+        return self.brokers.get(broker_name, UNKNOWN_ZONE)
+
+    def of_consumer(self, consumer: str) -> str:
+        return self.consumers.get(consumer, UNKNOWN_ZONE)
