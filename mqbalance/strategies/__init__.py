@@ -1,0 +1,129 @@
+"""Allocation strategies: a consumer group's whole assignment in one pass.
+
+RocketMQ's clients each run an ``AllocateMessageQueueStrategy`` for themselves; every
+strategy here computes the whole group at once and gives each consumer exactly the
+queues RocketMQ's class would give it (STICKY is mqbalance's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mqbalance.model import (
+    INNER_STRATEGIES,
+    Assignment,
+    MessageModel,
+    MessageQueue,
+    StrategyName,
+    StrategySpec,
+    Zones,
+    sort_consumers,
+    sort_queues,
+)
+from mqbalance.strategies.avg import Shares, allocate_avg, allocate_avg_by_circle
+from mqbalance.strategies.config import allocate_config
+from mqbalance.strategies.consistent_hash import HashRing, allocate_consistent_hash, md5_hash
+from mqbalance.strategies.machine_room import allocate_machine_room
+from mqbalance.strategies.nearby import EmptyZoneError, InnerStrategy, allocate_nearby
+from mqbalance.strategies.sticky import NO_ZONES, allocate_sticky, max_kept
+
+__all__ = [
+    "NO_ZONES",
+    "AllocationError",
+    "HashRing",
+    "allocate",
+    "max_kept",
+    "md5_hash",
+]
+
+
+class AllocationError(ValueError):
+    """A strategy setting or input that cannot be allocated; the message says what to fix."""
+
+
+def allocate(
+    spec: StrategySpec,
+    queues: Iterable[MessageQueue],
+    consumers: Iterable[str],
+    *,
+    zones: Zones = NO_ZONES,
+    previous: Assignment | None = None,
+    message_model: MessageModel = MessageModel.CLUSTERING,
+) -> dict[str, tuple[MessageQueue, ...]]:
+    """The whole group's assignment: every consumer is a key, its queues in RocketMQ's order.
+
+    Queues and consumers are deduplicated and sorted first, as RebalanceImpl does, so
+    the input order never matters. ``previous`` is used by STICKY only.
+    """
+    ordered_queues = sort_queues(queues)
+    ordered_consumers = sort_consumers(consumers)
+    _check(spec, ordered_consumers)
+    if message_model == MessageModel.BROADCASTING:
+        everything = tuple(ordered_queues)
+        return {consumer: everything for consumer in ordered_consumers}
+    shares = _shares(spec, ordered_queues, ordered_consumers, zones, previous)
+    if spec.name not in _IN_ORDER:
+        rank = {mq: index for index, mq in enumerate(ordered_queues)}
+        shares = {consumer: sorted(share, key=rank.__getitem__) for consumer, share in shares.items()}
+    return {consumer: tuple(shares.get(consumer, ())) for consumer in ordered_consumers}
+
+
+# These hand out subsequences of the sorted queue list, already in RocketMQ's order.
+_IN_ORDER = frozenset(
+    {StrategyName.AVG, StrategyName.AVG_BY_CIRCLE, StrategyName.CONSISTENT_HASH, StrategyName.MACHINE_ROOM}
+)
+
+
+def _check(spec: StrategySpec, consumers: list[str]) -> None:
+    if any(not consumer for consumer in consumers):
+        raise AllocationError("a consumer id is empty; every consumer needs a non-empty id")
+    if spec.virtual_nodes < 0:
+        raise AllocationError(
+            f"virtualNodes is {spec.virtual_nodes}; use 0 or more (RocketMQ's default is 10)"
+        )
+    if spec.name == StrategyName.MACHINE_ROOM_NEARBY and spec.inner not in INNER_STRATEGIES:
+        choices = ", ".join(INNER_STRATEGIES)
+        raise AllocationError(
+            f"inner strategy {spec.inner} cannot be used by MACHINE_ROOM_NEARBY; use one of {choices}"
+        )
+
+
+def _inner(spec: StrategySpec) -> InnerStrategy:
+    if spec.inner == StrategyName.AVG:
+        return allocate_avg
+    if spec.inner == StrategyName.AVG_BY_CIRCLE:
+        return allocate_avg_by_circle
+    virtual_nodes = spec.virtual_nodes
+    return lambda queues, consumers: allocate_consistent_hash(queues, consumers, virtual_nodes)
+
+
+def _shares(
+    spec: StrategySpec,
+    queues: list[MessageQueue],
+    consumers: list[str],
+    zones: Zones,
+    previous: Assignment | None,
+) -> Shares:
+    if not consumers:
+        return {}
+    name = spec.name
+    if name == StrategyName.AVG:
+        return allocate_avg(queues, consumers)
+    if name == StrategyName.AVG_BY_CIRCLE:
+        return allocate_avg_by_circle(queues, consumers)
+    if name == StrategyName.CONSISTENT_HASH:
+        return allocate_consistent_hash(queues, consumers, spec.virtual_nodes)
+    if name == StrategyName.CONFIG:
+        return allocate_config(queues, consumers, spec.config)
+    if name == StrategyName.MACHINE_ROOM:
+        return allocate_machine_room(queues, consumers, spec.consumer_idcs)
+    if name == StrategyName.MACHINE_ROOM_NEARBY:
+        try:
+            return allocate_nearby(queues, consumers, zones, _inner(spec))
+        except EmptyZoneError as error:
+            raise AllocationError(f"{error}; name a zone or leave it out to mean 'unknown'") from None
+    if name == StrategyName.STICKY:
+        return allocate_sticky(
+            queues, consumers, previous=previous, zones=zones, zone_affinity=spec.zone_affinity
+        )
+    raise AllocationError(f"unknown strategy {name!r}; use one of {', '.join(StrategyName)}")
