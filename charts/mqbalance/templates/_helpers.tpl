@@ -1,0 +1,138 @@
+{{/* The chart name, overridable with nameOverride. */}}
+{{- define "mqbalance.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Base name of every resource: "<release>-<chart>", or the release name when it already holds the chart name. */}}
+{{- define "mqbalance.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mqbalance.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "mqbalance.labels" -}}
+helm.sh/chart: {{ include "mqbalance.chart" . }}
+{{ include "mqbalance.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mqbalance
+{{- end }}
+
+{{- define "mqbalance.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mqbalance.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Selector of the operator pod. */}}
+{{- define "mqbalance.operator.selectorLabels" -}}
+{{ include "mqbalance.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "mqbalance.operator.labels" -}}
+{{ include "mqbalance.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "mqbalance.sidecar.labels" -}}
+{{ include "mqbalance.labels" . }}
+app.kubernetes.io/component: sidecar
+{{- end }}
+
+{{- define "mqbalance.operator.serviceAccountName" -}}
+{{- default (printf "%s-operator" (include "mqbalance.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- end }}
+
+{{- define "mqbalance.sidecar.serviceAccountName" -}}
+{{- default (printf "%s-sidecar" (include "mqbalance.fullname" .)) .Values.sidecar.serviceAccount.name }}
+{{- end }}
+
+{{/* Namespaces that get the sidecar ServiceAccount, Role and RoleBinding. */}}
+{{- define "mqbalance.sidecar.namespaces" -}}
+{{- $namespaces := .Values.sidecar.namespaces | default (list .Release.Namespace) }}
+{{- toJson (uniq $namespaces) }}
+{{- end }}
+
+{{- define "mqbalance.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar container for a consumer pod. A chart that depends on this one adds it to its
+Deployment's containers:
+
+  containers:
+    - name: app
+      ...
+    {{- include "mqbalance.sidecar.container" (dict "root" $ "group" "orders-consumer") | nindent 4 }}
+
+and sets `serviceAccountName: {{ include "mqbalance.sidecar.serviceAccountName" $ }}` plus the label
+mqbalance.io/sidecar: "true" (scraped by the optional PodMonitor) on the pod template.
+"group" is the ConsumerGroup resource name (comma-separate several); "zone" optionally names the
+pod's zone for the producer's machine-room selector.
+*/}}
+{{- define "mqbalance.sidecar.container" -}}
+{{- $root := .root }}
+{{- $sidecar := $root.Values.sidecar }}
+- name: mqbalance-sidecar
+  image: {{ include "mqbalance.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  args: [sidecar]
+  env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    - name: MQBALANCE_GROUP
+      value: {{ required "mqbalance.sidecar.container needs a group (the ConsumerGroup name)" .group | quote }}
+    - name: MQBALANCE_SIDECAR_PORT
+      value: {{ $sidecar.port | quote }}
+    - name: MQBALANCE_METRICS_PORT
+      value: {{ $sidecar.metricsPort | quote }}
+    - name: MQBALANCE_FAULT_TABLE
+      value: {{ $sidecar.faultTable | quote }}
+    - name: MQBALANCE_FAULT_TOLERANCE
+      value: {{ $sidecar.faultTolerance | quote }}
+    {{- if not $sidecar.watchTopics }}
+    - name: MQBALANCE_NO_TOPICS
+      value: "true"
+    {{- end }}
+    {{- with .zone }}
+    - name: MQBALANCE_ZONE
+      value: {{ . | quote }}
+    {{- end }}
+  ports:
+    - name: mqb-metrics
+      containerPort: {{ $sidecar.metricsPort }}
+      protocol: TCP
+  # Liveness only: gating the pod's readiness on the sidecar would deadlock, since a pod
+  # gets queues only once it is Ready.
+  livenessProbe:
+    httpGet:
+      path: /metrics
+      port: mqb-metrics
+  resources:
+    {{- toYaml $sidecar.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $sidecar.securityContext | nindent 4 }}
+{{- end }}

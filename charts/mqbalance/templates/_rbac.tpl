@@ -1,0 +1,73 @@
+{{/*
+RBAC rules, written once and used by the Role or the ClusterRole that grants them.
+Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permissions").
+*/}}
+
+{{/* Namespaced rules of the operator, in every namespace it watches. */}}
+{{- define "mqbalance.operator.namespacedRules" -}}
+# Topics: watched (kopf index); their status written.
+- apiGroups: [mqbalance.io]
+  resources: [topics]
+  verbs: [list, watch]
+# ConsumerGroups: watched; patched by kopf for its finalizer and daemon bookkeeping.
+- apiGroups: [mqbalance.io]
+  resources: [consumergroups]
+  verbs: [list, watch, patch]
+- apiGroups: [mqbalance.io]
+  resources: [topics/status, consumergroups/status]
+  verbs: [patch]
+# The ConfigMaps "<group>-assignment" are owned by their ConsumerGroup with blockOwnerDeletion,
+# which clusters enforcing OwnerReferencesPermissionEnforcement allow only with this.
+- apiGroups: [mqbalance.io]
+  resources: [consumergroups/finalizers]
+  verbs: [update]
+# Member pods of each group.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+# The published assignments: read, created, replaced with the resourceVersion last read; the
+# operator watches them to notice edits. Deletion is left to the garbage collector.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update]
+# Events about rebalances and invalid specs (kopf posts core v1 Events).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
+
+{{/* Cluster-scoped rules of the operator, whatever it watches. */}}
+{{- define "mqbalance.operator.clusterRules" -}}
+# Nodes: a member's zone is its node's zone label.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list, watch]
+# kopf lists and watches namespaces to find the ones it serves, also when given fixed names
+# (without this it retries for about a minute at start-up before falling back).
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+# kopf notices CRDs being installed or removed (without this it logs a warning and scans only at start).
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}
+
+{{/* Rules of the sidecar in a consumer namespace: its groups' assignments and the Topics. */}}
+{{- define "mqbalance.sidecar.rules" -}}
+- apiGroups: [""]
+  resources: [configmaps]
+  {{- with .Values.sidecar.groups }}
+  # Only the listed groups' assignments; a list or watch must name the ConfigMap (fieldSelector metadata.name).
+  resourceNames:
+    {{- range . }}
+    - {{ printf "%s-assignment" . }}
+    {{- end }}
+  {{- end }}
+  verbs: [get, list, watch]
+{{- if .Values.sidecar.watchTopics }}
+- apiGroups: [mqbalance.io]
+  resources: [topics]
+  verbs: [get, list, watch]
+{{- end }}
+{{- end }}

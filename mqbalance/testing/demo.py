@@ -1,0 +1,377 @@
+"""``mqbalance demo``: the whole system on a throw-away local control plane.
+
+Builds or reuses the control plane (kube-apiserver, etcd, kube-controller-manager), installs
+the CRDs, applies examples/topic.yaml (three brokers in three zones) and
+examples/consumergroup.yaml (STICKY with zone affinity), acts out nodes and consumer pods in
+three zones, runs the operator and one pod's sidecar as local processes, scales the group up
+and down, and prints each assignment, the queues that moved, and what the sidecar serves.
+Everything it started is stopped at the end, also on Ctrl-C or an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
+from mqbalance.model import MessageQueue
+from mqbalance.testing import demo_report
+from mqbalance.testing.cluster import ClusterError, LocalCluster, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "crds"
+EXAMPLES = REPO / "examples"
+NAMESPACE = "mqbalance-demo"
+GROUP = "orders-consumer"
+APP_LABELS = {"app": "orders-consumer"}
+ZONES = ("zone-a", "zone-b", "zone-c")
+SIDECAR_POD = f"{GROUP}-0"
+
+T = TypeVar("T")
+
+
+class DemoError(RuntimeError):
+    """A step of the demo did not happen in time; the message says which."""
+
+
+def step(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Process:
+    """A child process logging to a file, stopped with SIGTERM (then SIGKILL)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def check_running(self) -> None:
+        if self.proc.poll() is not None:
+            raise DemoError(f"the {self.name} exited with code {self.proc.returncode}:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Demo:
+    def __init__(self, cluster: LocalCluster, workdir: Path, timeout: float) -> None:
+        from kubernetes import client, config
+
+        self.cluster = cluster
+        self.workdir = workdir
+        self.timeout = timeout
+        self.api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+        self.core = client.CoreV1Api(self.api)
+        self.processes: list[Process] = []
+        self.sidecar_port = 0
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.api.close()
+
+    # -- Kubernetes ------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        from kubernetes import client
+
+        step("installing the CRDs: kubectl apply -f crds/")
+        self.cluster.kubectl("apply", "-f", str(CRDS))
+        self.cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/topics.mqbalance.io",
+            "crd/consumergroups.mqbalance.io",
+        )
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        step(f"applying examples/topic.yaml and examples/consumergroup.yaml in namespace {NAMESPACE}")
+        for name in ("topic.yaml", "consumergroup.yaml"):
+            self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / name))
+
+    def create_nodes(self) -> list[str]:
+        from mqbalance.testing.kubelet import create_node
+
+        nodes = [f"node-{zone}" for zone in ZONES]
+        for node, zone in zip(nodes, ZONES, strict=True):
+            create_node(self.api, node, zone)
+        step(f"created nodes {', '.join(f'{n} ({z})' for n, z in zip(nodes, ZONES, strict=True))}")
+        return nodes
+
+    def start_pod(self, index: int, node: str) -> str:
+        from mqbalance.testing.kubelet import bind_pod, create_pod, set_pod_ready
+
+        name = f"{GROUP}-{index}"
+        create_pod(self.api, NAMESPACE, name, APP_LABELS)
+        bind_pod(self.api, NAMESPACE, name, node)
+        set_pod_ready(self.api, NAMESPACE, name)
+        return name
+
+    def delete_pod(self, name: str) -> None:
+        from mqbalance.testing.kubelet import delete_pod
+
+        delete_pod(self.api, NAMESPACE, name)
+
+    def published(self) -> AssignmentDocument | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm = self.core.read_namespaced_config_map(configmap_name(GROUP), NAMESPACE)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        text = (cm.data or {}).get(CONFIGMAP_KEY)
+        if text is None:
+            return None
+        try:
+            return AssignmentDocument.decode(text)
+        except DocumentError:
+            return None
+
+    def wait_for_members(self, members: set[str]) -> AssignmentDocument:
+        def probe() -> AssignmentDocument | None:
+            for process in self.processes:
+                process.check_running()
+            doc = self.published()
+            return doc if doc is not None and set(doc.members) == members else None
+
+        return wait_for(f"an assignment with members {sorted(members)}", probe, self.timeout)
+
+    def wait_for_status(self, generation: int) -> None:
+        """Wait (briefly) for the ConsumerGroup's status to describe ``generation``."""
+        from kubernetes import client
+
+        custom = client.CustomObjectsApi(self.api)
+
+        def probe() -> bool | None:
+            body = cast(
+                dict[str, Any],
+                custom.get_namespaced_custom_object(
+                    "mqbalance.io", "v1alpha1", NAMESPACE, "consumergroups", GROUP
+                ),
+            )
+            return True if (body.get("status") or {}).get("assignmentGeneration") == generation else None
+
+        try:
+            wait_for("the ConsumerGroup status", probe, min(self.timeout, 15.0), interval=0.2)
+        except DemoError:
+            print(f"   (the status does not show generation {generation} yet)")
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def start_operator(self) -> None:
+        step(f"starting the operator: mqbalance operator --namespace {NAMESPACE}")
+        port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "mqbalance",
+            "operator",
+            "--namespace",
+            NAMESPACE,
+            "--metrics-port",
+            str(port),
+        ]
+        argv += ["--journal", str(self.workdir / "journal.jsonl")]
+        self.processes.append(Process("operator", argv, self.cluster.env, self.workdir / "operator.log"))
+
+    def start_sidecar(self) -> None:
+        self.sidecar_port = free_port()
+        metrics_port = free_port()
+        env = {
+            **self.cluster.env,
+            "POD_NAME": SIDECAR_POD,
+            "POD_NAMESPACE": NAMESPACE,
+            "MQBALANCE_GROUP": GROUP,
+            "MQBALANCE_SIDECAR_PORT": str(self.sidecar_port),
+            "MQBALANCE_METRICS_HOST": "127.0.0.1",
+            "MQBALANCE_METRICS_PORT": str(metrics_port),
+        }
+        api = f"127.0.0.1:{self.sidecar_port}"
+        step(f"starting the sidecar of pod {SIDECAR_POD}: mqbalance sidecar (API on {api})")
+        argv = [sys.executable, "-m", "mqbalance", "sidecar"]
+        self.processes.append(Process("sidecar", argv, env, self.workdir / "sidecar.log"))
+
+    def sidecar_queues(self, after: int) -> dict[str, Any]:
+        """``GET /v1/queues`` once the sidecar serves a generation above ``after`` (a long poll)."""
+
+        def probe() -> dict[str, Any] | None:
+            for process in self.processes:
+                process.check_running()
+            url = f"http://127.0.0.1:{self.sidecar_port}/v1/queues?after={after}&timeout=5"
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    if resp.status != 200:
+                        return None
+                    body: dict[str, Any] = json.loads(resp.read())
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return None
+            return body if body.get("generation", 0) > after else None
+
+        return wait_for(f"the sidecar to serve a generation after {after}", probe, self.timeout, interval=0.2)
+
+    # -- the story ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.install()
+        nodes = self.create_nodes()
+        self.start_operator()
+
+        members = {self.start_pod(i, nodes[i % 3]) for i in range(3)}
+        step(f"started pods {', '.join(sorted(members))}, one per zone, Running and Ready")
+        first = self.wait_for_members(members)
+        print()
+        print("Assignment with 3 members:")
+        print(demo_report.assignment_table(first, {SIDECAR_POD: "<- has the sidecar"}))
+        print()
+
+        self.start_sidecar()
+        print_sidecar(self.sidecar_queues(first.generation - 1))
+        print()
+
+        added = {self.start_pod(i, nodes[i % 3]) for i in (3, 4)}
+        step(f"scaling up: started {', '.join(sorted(added))} in {ZONES[0]} and {ZONES[1]}")
+        members |= added
+        second = self.wait_for_members(members)
+        show_change(first, second, {p: "new" for p in added} | {SIDECAR_POD: "<- has the sidecar"})
+        print_sidecar(self.sidecar_queues(first.generation))
+        print()
+
+        gone = f"{GROUP}-1"
+        step(f"scaling down: deleted {gone} ({ZONES[1]})")
+        self.delete_pod(gone)
+        members.discard(gone)
+        third = self.wait_for_members(members)
+        show_change(second, third, {SIDECAR_POD: "<- has the sidecar"})
+        print_sidecar(self.sidecar_queues(second.generation))
+        print()
+
+        self.wait_for_status(third.generation)
+        step(f"kubectl get consumergroups -n {NAMESPACE} -o wide")
+        print(self.cluster.kubectl("get", "consumergroups", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
+        print()
+
+
+def show_change(before: AssignmentDocument, after: AssignmentDocument, notes: dict[str, str]) -> None:
+    print()
+    print(f"Assignment with {len(after.members)} members:")
+    print(demo_report.assignment_table(after, notes))
+    print()
+    print(f"Moves from generation {before.generation} to {after.generation}:")
+    print(demo_report.moves_table(demo_report.moves(before, after)))
+    print(demo_report.summary(before, after))
+    print()
+
+
+def print_sidecar(view: dict[str, Any]) -> None:
+    queues = [
+        MessageQueue(topic, q["brokerName"], q["queueId"])
+        for topic, items in view["queues"].items()
+        for q in items
+    ]
+    print(
+        f"Sidecar of {view['member']} serves generation {view['generation']} (GET /v1/queues): "
+        f"{view['queueCount']} queue(s) {demo_report.compact_queues(queues)}"
+    )
+
+
+@contextlib.contextmanager
+def _workdir(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="mqbalance-demo-") as tmp:
+        yield Path(tmp)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mqbalance demo",
+        description="Run the operator and a sidecar on a throw-away local control plane, scale a consumer "
+        "group up and down, and print the assignments and the queues that moved.",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for each step (default 60)"
+    )
+    parser.add_argument(
+        "--keep-logs", type=Path, metavar="DIR", help="keep the operator and sidecar logs here"
+    )
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    missing = [p for p in (CRDS, EXAMPLES / "topic.yaml", EXAMPLES / "consumergroup.yaml") if not p.exists()]
+    if missing:
+        print(
+            f"mqbalance demo runs from a source checkout: {', '.join(map(str, missing))} not found. "
+            "Clone the repository and run `make demo` there.",
+            file=sys.stderr,
+        )
+        return 2
+    started = time.monotonic()
+    with _workdir(args.keep_logs) as workdir:
+        step("starting the local control plane (built once and cached; see docs/local-cluster.md)")
+        cluster = LocalCluster(workdir / "cluster" if args.keep_logs else None)
+        demo: Demo | None = None
+        try:
+            cluster.start()
+            step(f"control plane ready at {cluster.server}")
+            demo = Demo(cluster, workdir, args.timeout)
+            demo.run()
+        except (DemoError, ClusterError, subprocess.CalledProcessError) as exc:
+            detail = exc.stderr if isinstance(exc, subprocess.CalledProcessError) else ""
+            print(f"demo failed: {exc}\n{detail}", file=sys.stderr)
+            if demo is not None:
+                for process in demo.processes:
+                    print(f"--- {process.name} log ---\n{process.tail()}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        finally:
+            step("stopping the sidecar, the operator and the control plane")
+            if demo is not None:
+                demo.close()
+            cluster.stop()
+    step(f"done in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

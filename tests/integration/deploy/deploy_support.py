@@ -1,0 +1,91 @@
+"""Helpers of the deployment tests: rendering the chart, service-account kubeconfigs, can-i."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mqbalance.testing.cluster import LocalCluster
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+def service_account_token(cluster: LocalCluster, namespace: str, name: str, timeout: float = 60.0) -> str:
+    """The token the token controller (kube-controller-manager) made for the ServiceAccount."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, sa = cluster.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+        for ref in (sa.get("secrets") or []) if status == 200 else []:
+            status, secret = cluster.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}")
+            token = (secret.get("data") or {}).get("token") if status == 200 else None
+            if token:
+                import base64
+
+                return base64.b64decode(token).decode()
+        time.sleep(0.2)
+    raise AssertionError(
+        f"no token secret appeared for ServiceAccount {namespace}/{name} within {timeout:.0f} s"
+    )
+
+
+def service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount, as its pod would in-cluster."""
+    user = f"system:serviceaccount:{namespace}:{name}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": cluster.server, "certificate-authority": str(cluster.ca_file)},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": service_account_token(cluster, namespace, name)}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": user, "namespace": namespace}}],
+        "current-context": "sa",
+    }
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def can_i(
+    cluster: LocalCluster,
+    subject: str,
+    verb: str,
+    resource: str,
+    namespace: str | None,
+    subresource: str = "",
+) -> bool:
+    """``kubectl auth can-i`` impersonating ``subject`` (the admin may impersonate anyone).
+
+    ``resource`` is ``kind`` or ``kind/name``; a subresource such as ``status`` goes apart."""
+    scope = ["-n", namespace] if namespace else []
+    if subresource:
+        scope.append(f"--subresource={subresource}")
+    result = cluster.kubectl("auth", "can-i", verb, resource, f"--as={subject}", *scope, check=False)
+    answer = result.stdout.strip()
+    if answer not in ("yes", "no"):
+        raise AssertionError(f"kubectl auth can-i {verb} {resource} answered {answer!r}: {result.stderr}")
+    return answer == "yes"
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

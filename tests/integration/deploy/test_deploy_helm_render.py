@@ -1,0 +1,167 @@
+"""The chart lints strictly and renders what the docs promise (helm only, no cluster)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import CHART, REPO, run_helm
+from deploy_support import by_kind, documents
+
+ALL_ON = [
+    "--set", "metrics.serviceMonitor.enabled=true",
+    "--set", "metrics.podMonitor.enabled=true",
+    "--set", "metrics.prometheusRule.enabled=true",
+]  # fmt: skip
+
+
+def render(helm: Path, *args: str) -> list[dict[str, Any]]:
+    return documents(run_helm(helm, "template", "mq", str(CHART), "--namespace", "mq-system", *args).stdout)
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ALL_ON, ["--set", "operator.watchNamespaces={a,b}", "--set", "sidecar.groups={g}"]]
+)
+def test_helm_lint_strict(helm: Path, extra: list[str]) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_template_includes_the_crds_unchanged(helm: Path) -> None:
+    docs = render(helm, "--include-crds")
+    rendered = {doc["metadata"]["name"]: doc for doc in by_kind(docs, "CustomResourceDefinition")}
+    source = {}
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        source[crd["metadata"]["name"]] = crd
+    assert rendered == source
+
+
+def test_every_object_carries_the_standard_labels(helm: Path) -> None:
+    docs = render(helm, *ALL_ON)
+    assert len(docs) >= 10
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        where = f"{doc['kind']} {doc['metadata']['name']}"
+        assert labels["app.kubernetes.io/name"] == "mqbalance", where
+        assert labels["app.kubernetes.io/instance"] == "mq", where
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", where
+        assert labels["app.kubernetes.io/version"] == "0.1.0", where
+        assert labels["helm.sh/chart"] == "mqbalance-0.1.0", where
+
+
+def test_operator_deployment_is_locked_down(helm: Path) -> None:
+    (deployment,) = by_kind(render(helm), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    ctx = container["securityContext"]
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert container["args"][0] == "operator"
+    assert "--all-namespaces" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert pod["serviceAccountName"] == "mq-mqbalance-operator"
+
+
+def test_watching_namespaces_uses_roles_there_and_no_cluster_wide_namespaced_rights(helm: Path) -> None:
+    docs = render(helm, "--set", "operator.watchNamespaces={team-a,team-b}")
+    roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-operator")]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    cluster_resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
+    assert cluster_resources == {"nodes", "namespaces", "customresourcedefinitions"}
+    (deployment,) = by_kind(docs, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args
+    assert "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+
+
+def test_sidecar_role_is_read_only_and_narrowed_to_the_groups(helm: Path) -> None:
+    docs = render(helm, "--set", "sidecar.groups={orders,billing}", "--set", "sidecar.namespaces={shop}")
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-sidecar")]
+    assert role["metadata"]["namespace"] == "shop"
+    verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    (configmaps,) = [rule for rule in role["rules"] if "configmaps" in rule["resources"]]
+    assert configmaps["resourceNames"] == ["orders-assignment", "billing-assignment"]
+    (account,) = by_kind(docs, "ServiceAccount")[1:]
+    assert account["metadata"] == {**account["metadata"], "name": "mq-mqbalance-sidecar", "namespace": "shop"}
+
+
+def test_values_schema_rejects_bad_values(helm: Path) -> None:
+    for args, complaint in [
+        (["--set", "operator.replicas=2"], "operator.replicas"),
+        (["--set", "sidecar.faultTable=6x"], "sidecar.faultTable"),
+        (["--set", "operator.replica=1"], "replica"),
+    ]:
+        result = run_helm(helm, "template", "mq", str(CHART), *args, check=False)
+        assert result.returncode != 0, args
+        assert complaint in result.stderr, result.stderr
+
+
+def test_monitoring_objects_are_off_by_default_and_read_the_chart_files(helm: Path) -> None:
+    kinds = {doc["kind"] for doc in render(helm)}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    docs = render(helm, *ALL_ON)
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    (dashboard,) = by_kind(docs, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = dashboard["data"].values()
+    assert json.loads(text) == json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
+
+
+def test_sidecar_helper_template_adds_a_complete_container(helm: Path, tmp_path: Path) -> None:
+    # A consumer's own chart that depends on mqbalance and includes the helper in its Deployment.
+    parent = tmp_path / "consumer"
+    (parent / "templates").mkdir(parents=True)
+    (parent / "Chart.yaml").write_text("apiVersion: v2\nname: consumer\nversion: 1.0.0\n")
+    shutil.copytree(CHART, parent / "charts" / "mqbalance")
+    (parent / "templates" / "deployment.yaml").write_text(
+        """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: orders
+spec:
+  selector:
+    matchLabels: {app: orders}
+  template:
+    metadata:
+      labels: {app: orders, mqbalance.io/sidecar: "true"}
+    spec:
+      serviceAccountName: {{ include "mqbalance.sidecar.serviceAccountName" .Subcharts.mqbalance }}
+      containers:
+        - name: app
+          image: example/orders:1
+        {{- $sidecar := dict "root" .Subcharts.mqbalance "group" "orders" "zone" "zone-a" }}
+        {{- include "mqbalance.sidecar.container" $sidecar | nindent 8 }}
+"""
+    )
+    docs = documents(
+        run_helm(helm, "template", "shop", str(parent), "--show-only", "templates/deployment.yaml").stdout
+    )
+    (deployment,) = docs
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "shop-mqbalance-sidecar"
+    _app, sidecar = pod["containers"]
+    assert sidecar["args"] == ["sidecar"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in sidecar["env"]}
+    assert env["MQBALANCE_GROUP"] == "orders"
+    assert env["MQBALANCE_ZONE"] == "zone-a"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    ctx = sidecar["securityContext"]
+    assert ctx["runAsNonRoot"] is True
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert sidecar["ports"] == [{"name": "mqb-metrics", "containerPort": 9091, "protocol": "TCP"}]

@@ -1,0 +1,77 @@
+"""`mqbalance demo` runs end to end and shows the assignments, the moves and what the sidecar serves."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def demo_output() -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "mqbalance", "demo", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def section(output: str, title: str) -> list[str]:
+    """The lines after ``title`` up to the next blank line."""
+    lines = output.splitlines()
+    start = lines.index(title) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+def test_demo_shows_each_assignment_as_a_table(demo_output: str) -> None:
+    for members in (3, 5, 4):
+        rows = section(demo_output, f"Assignment with {members} members:")
+        assert rows[0].startswith("generation ")
+        assert rows[1].split()[:5] == ["MEMBER", "ZONE", "QUEUES", "CROSS-ZONE", "HELD"]
+        loads = [int(row.split()[2]) for row in rows[2:]]
+        assert len(loads) == members
+        assert sum(loads) == 12  # examples/topic.yaml: 3 brokers x 4 queues
+        assert max(loads) - min(loads) <= 1  # STICKY keeps loads within one
+
+
+def test_demo_lists_the_moves_and_they_add_up(demo_output: str) -> None:
+    titles = [line for line in demo_output.splitlines() if line.startswith("Moves from generation")]
+    assert len(titles) == 2
+    scale_up, scale_down = (section(demo_output, title) for title in titles)
+    for table in (scale_up, scale_down):
+        assert table[0].split() == ["QUEUE", "FROM", "TO"]
+        moves = [row.split() for row in table[1:-1]]
+        summary = table[-1]
+        moved = int(re.search(r"(\d+) queue\(s\) moved", summary)[1])  # type: ignore[index]
+        minimum = int(re.search(r"allows is (\d+)", summary)[1])  # type: ignore[index]
+        assert len(moves) == moved
+        assert moved == minimum  # STICKY moves exactly the minimum
+    # Scaling down deleted orders-consumer-1: exactly its queues moved, to the remaining pods.
+    assert {row.split()[1] for row in scale_down[1:-1]} == {"orders-consumer-1"}
+    # Scaling up: queues moved only to the new pods.
+    assert {row.split()[2] for row in scale_up[1:-1]} <= {"orders-consumer-3", "orders-consumer-4"}
+
+
+def test_demo_shows_what_the_sidecar_serves(demo_output: str) -> None:
+    served = [
+        line for line in demo_output.splitlines() if line.startswith("Sidecar of orders-consumer-0 serves")
+    ]
+    assert len(served) == 3
+    generations = [int(re.search(r"generation (\d+)", line)[1]) for line in served]  # type: ignore[index]
+    assert generations == sorted(generations)
+    assert len(set(generations)) == 3
+
+
+def test_demo_prints_the_consumer_groups_and_stops(demo_output: str) -> None:
+    lines = demo_output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("NAME ") and "STRATEGY" in line)
+    assert lines[header + 1].split()[:3] == ["orders-consumer", "STICKY", "4"]
+    assert "==> stopping the sidecar, the operator and the control plane" in lines
+    assert lines[-1].startswith("==> done in ")
