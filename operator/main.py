@@ -1,0 +1,98 @@
+"""``mqbalance operator``: run the operator (kopf) against the current cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from mqbalance.operator.settings import OperatorConfig
+
+
+def parse_args(argv: Sequence[str]) -> OperatorConfig:
+    parser = argparse.ArgumentParser(
+        prog="mqbalance operator",
+        description="Assign RocketMQ queues to the pods of every ConsumerGroup and publish the assignments.",
+    )
+    scope = parser.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="serve this namespace (repeatable)",
+    )
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="serve every namespace")
+    parser.add_argument(
+        "--metrics-port", type=int, default=8080, help="port of /metrics and /healthz (default 8080)"
+    )
+    parser.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on (default all)")
+    parser.add_argument(
+        "--journal", metavar="PATH", help="append rebalance journal lines here (default stdout)"
+    )
+    parser.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="coordinate with other operator replicas through this kopf peering object",
+    )
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--debounce-override",
+        type=float,
+        metavar="SECONDS",
+        help="use this debounce window for every group instead of its spec.debounceSeconds",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(list(argv))
+    if not 0 < args.metrics_port < 65536:
+        parser.error(f"--metrics-port {args.metrics_port} is not a TCP port; use 1-65535")
+    if args.debounce_override is not None and args.debounce_override < 0:
+        parser.error("--debounce-override must be 0 or more seconds")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.log_level != "DEBUG":
+        # kopf logs every handled event at INFO; our own logs say what matters.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    return OperatorConfig(
+        namespaces=tuple(args.namespace),
+        all_namespaces=args.all_namespaces,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        journal=args.journal,
+        peering=args.peering,
+        kubeconfig=args.kubeconfig,
+        debounce_override=args.debounce_override,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    if config.kubeconfig:
+        # kopf's own login reads $KUBECONFIG; both clients then use the same credentials.
+        os.environ["KUBECONFIG"] = config.kubeconfig
+    import kopf
+
+    from mqbalance.operator import handlers  # noqa: F401  (registers the handlers)
+
+    try:
+        kopf.run(
+            standalone=config.peering is None,
+            peering_name=config.peering,
+            clusterwide=config.all_namespaces,
+            namespaces=config.namespaces,
+            memo=kopf.Memo(config=config),
+        )
+    except KeyboardInterrupt:
+        return 130
+    except asyncio.CancelledError:
+        return 1
+    return 0

@@ -1,0 +1,133 @@
+"""Prometheus metrics and the HTTP endpoint that serves them with the liveness probe.
+
+Events (rebalances, moves, errors, durations) are counters and a histogram; the
+state of each group (members, queues, imbalance...) lives in the operator and is
+read by a custom Collector at scrape time, so a deleted group simply disappears.
+Everything is registered on a registry passed in, never the global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class GroupGauges:
+    """One group's state as the metrics show it."""
+
+    namespace: str
+    group: str
+    """The ConsumerGroup resource name."""
+    members: int
+    queues: int
+    imbalance: int
+    """max load - min load, in queues."""
+    cross_zone_queues: int
+    unassigned_queues: int
+    generation: int
+    invalid: bool
+
+
+# metric name, help, GroupGauges attribute
+GROUP_GAUGES = (
+    (
+        "mqbalance_group_members",
+        "Members (Running, Ready, not terminating pods) of the consumer group.",
+        "members",
+    ),
+    ("mqbalance_group_queues", "Readable queues of all topics the group subscribes to.", "queues"),
+    ("mqbalance_group_imbalance", "Most minus fewest queues held by one member.", "imbalance"),
+    (
+        "mqbalance_group_cross_zone_queues",
+        "Queues held by a member outside their broker's zone.",
+        "cross_zone_queues",
+    ),
+    ("mqbalance_group_unassigned_queues", "Queues assigned to no member.", "unassigned_queues"),
+    ("mqbalance_group_assignment_generation", "Generation of the published assignment.", "generation"),
+    (
+        "mqbalance_group_invalid",
+        "1 while the group's spec cannot be honoured (condition Invalid).",
+        "invalid",
+    ),
+)
+
+
+class GroupCollector(Collector):
+    def __init__(self, source: Callable[[], Iterable[GroupGauges]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            attr: GaugeMetricFamily(name, doc, labels=["namespace", "group"])
+            for name, doc, attr in GROUP_GAUGES
+        }
+        for g in self._source():
+            for attr, family in families.items():
+                family.add_metric([g.namespace, g.group], float(getattr(g, attr)))
+        yield from families.values()
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry, groups: Callable[[], Iterable[GroupGauges]]) -> None:
+        self.registry = registry
+        # prometheus_client appends _total to counters.
+        self.rebalances = Counter(
+            "mqbalance_rebalances",
+            "Published assignment generations, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.queues_moved = Counter(
+            "mqbalance_queues_moved", "Queues that changed owner in published generations.", registry=registry
+        )
+        self.reconcile_errors = Counter(
+            "mqbalance_reconcile_errors",
+            "Reconciles that failed, by kind (api, conflict, internal).",
+            ["kind"],
+            registry=registry,
+        )
+        self.reconciles = Counter(
+            "mqbalance_reconciles",
+            "Reconciles of a group, by result (published, unchanged, invalid, error).",
+            ["result"],
+            registry=registry,
+        )
+        self.rebalance_duration = Histogram(
+            "mqbalance_rebalance_duration_seconds",
+            "Time to compute and publish a new generation (allocation plus the ConfigMap write).",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        registry.register(GroupCollector(groups))
+
+
+def create_app(registry: CollectorRegistry, health: Callable[[], dict[str, Any]]) -> web.Application:
+    """``/metrics`` in the Prometheus text format and ``/healthz`` for the liveness probe."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        # Answering at all proves the event loop is not blocked.
+        return web.json_response({"status": "ok", **health()})
+
+    app = web.Application()
+    app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz)])
+    return app
+
+
+async def serve(app: web.Application, port: int, host: str = "0.0.0.0") -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,62 @@
+"""Invariants every published assignment must keep, checked in every integration test.
+
+In CLUSTERING no queue has two owners, and while the group has a member every
+readable queue has an owner, except under strategies that leave queues out by
+design (CONFIG assigns only what is configured, MACHINE_ROOM only the listed idcs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from mqbalance.document import AssignmentDocument
+from mqbalance.journal import JournalRecord
+from mqbalance.model import MessageQueue
+
+MAY_LEAVE_QUEUES_OUT = ("CONFIG", "MACHINE_ROOM")
+
+
+def assignment_problems(
+    strategy: str,
+    message_model: str,
+    members: Mapping[str, str],
+    topics: Mapping[str, Mapping[str, Sequence[MessageQueue]]],
+    readable: Mapping[str, Sequence[MessageQueue]] | None = None,
+) -> list[str]:
+    problems = []
+    for topic, assignment in topics.items():
+        strangers = set(assignment) - set(members)
+        if strangers:
+            problems.append(f"{topic}: queues given to non-members {sorted(strangers)}")
+        if message_model != "CLUSTERING":
+            continue
+        owner: dict[MessageQueue, str] = {}
+        for member, queues in assignment.items():
+            for mq in queues:
+                if mq in owner:
+                    problems.append(f"{topic}: {mq} assigned to both {owner[mq]} and {member}")
+                owner[mq] = member
+        if readable is not None and members and strategy not in MAY_LEAVE_QUEUES_OUT:
+            missing = [mq for mq in readable.get(topic, ()) if mq not in owner]
+            if missing:
+                problems.append(f"{topic}: {len(missing)} readable queues unassigned, e.g. {missing[0]}")
+    return problems
+
+
+def check_document(
+    doc: AssignmentDocument, readable: Mapping[str, Sequence[MessageQueue]] | None = None
+) -> None:
+    problems = assignment_problems(doc.strategy, doc.message_model, doc.members, doc.topics, readable)
+    assert not problems, f"generation {doc.generation} of {doc.group}: {problems}"
+
+
+def check_journal(records: Iterable[JournalRecord]) -> int:
+    """Check every journalled generation (each carries its readable queues); returns how many were checked."""
+    checked = 0
+    for r in records:
+        problems = assignment_problems(
+            r.strategy.name.value, r.message_model, r.members, r.assignment, r.queues
+        )
+        assert not problems, f"{r.namespace}/{r.group} generation {r.generation}: {problems}"
+        checked += 1
+    return checked

@@ -1,0 +1,82 @@
+"""Fixtures of the operator's integration tests: CRDs, a module namespace, zoned nodes, the operator."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from operator_support import REPO, OperatorProcess, wait_for
+
+from mqbalance.testing import kubelet
+from mqbalance.testing.cluster import LocalCluster
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+
+
+@pytest.fixture(scope="module")
+def module_api(cluster: LocalCluster) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def module_namespace(
+    cluster: LocalCluster, module_api: client.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """One namespace for the whole module (one operator serves it)."""
+    base = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")[:40]
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(module_api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+@pytest.fixture(scope="module")
+def zone_nodes(module_api: client.ApiClient) -> Iterator[dict[str, str]]:
+    """Two nodes in each of three zones, plus one node without a zone label: node name -> zone (or '')."""
+    suffix = uuid.uuid4().hex[:6]
+    nodes: dict[str, str] = {}
+    for zone in ZONES:
+        for i in range(2):
+            name = f"node-{zone}-{i}-{suffix}"
+            kubelet.create_node(module_api, name, zone)
+            nodes[name] = zone
+    bare = f"node-nozone-{suffix}"
+    kubelet.create_node(module_api, bare, None)
+    nodes[bare] = ""
+    yield nodes
+    for name in nodes:
+        kubelet.delete_node(module_api, name)
+
+
+@pytest.fixture(scope="module")
+def operator_process(
+    cluster: LocalCluster, crds: None, module_namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    workdir: Path = tmp_path_factory.mktemp("operator")
+    op = OperatorProcess(cluster, [module_namespace], workdir)
+    op.start()
+    yield op
+    op.stop()
+    # Print the operator's log when something in the module failed (pytest shows captured output).
+    print(op.tail(200))
+
+
+__all__ = ["ZONES", "wait_for"]

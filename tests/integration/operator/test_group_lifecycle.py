@@ -1,0 +1,320 @@
+"""A group through its life: membership, zones, topics, invalid specs, debounce, restart, deletion."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from invariants import check_document, check_journal
+from kubernetes import client
+from operator_support import (
+    OperatorProcess,
+    apply_group,
+    apply_topic,
+    condition,
+    custom,
+    events_of,
+    read_document,
+    status_of,
+    wait_for,
+    wait_generation,
+)
+
+from mqbalance.operator.spec import parse_topic
+from mqbalance.testing import kubelet
+
+GROUP, VERSION = "mqbalance.io", "v1alpha1"
+
+
+def _readable(brokers: list[dict[str, Any]], topic: str = "life") -> dict[str, Any]:
+    return {topic: parse_topic(topic, {"brokers": brokers}).readable_queues()}
+
+
+def _setup(
+    api: client.ApiClient, ns: str, name: str, nodes: list[str], pods: int, debounce: float = 0
+) -> list[dict[str, Any]]:
+    brokers = [
+        {"name": "broker-a", "zone": "zone-a", "readQueueNums": 6, "writeQueueNums": 6},
+        {"name": "broker-b", "zone": "zone-b", "readQueueNums": 6, "writeQueueNums": 6},
+    ]
+    labels = {"app": name}
+    kubelet.start_pods(api, ns, name, pods, labels, nodes)
+    apply_topic(api, ns, name, brokers, topicName=name)
+    apply_group(
+        api,
+        ns,
+        name,
+        {
+            "topics": [name],
+            "selector": {"matchLabels": labels},
+            "strategy": {"name": "STICKY", "zoneAffinity": True},
+            "debounceSeconds": debounce,
+        },
+    )
+    return brokers
+
+
+def test_membership_zone_and_topic_changes(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+) -> None:
+    api, ns, name = module_api, module_namespace, "life"
+    nodes = [n for n, z in zone_nodes.items() if z]
+    brokers = _setup(api, ns, name, nodes, 3)
+    doc = wait_generation(api, ns, name, 1)
+    assert set(doc.members) == {"life-0", "life-1", "life-2"}
+    check_document(doc, _readable(brokers))
+
+    # scale up: a fourth pod becomes Ready
+    kubelet.start_pods(api, ns, "life-up", 1, {"app": name}, nodes[3:4])
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert doc.reason == "member-joined"
+    assert "life-up-0" in doc.members
+    status = status_of(api, ns, name)
+    assert status["members"] == 4
+    assert status["lastRebalance"]["reason"] == "member-joined"
+    assert condition(status, "Balanced")["status"] == "True"
+    wait_for(
+        "rebalance metric",
+        lambda: operator_process.metric("mqbalance_rebalances_total", reason="member-joined"),
+    )
+    check_document(doc, _readable(brokers))
+
+    # a pod goes unready
+    kubelet.set_pod_ready(api, ns, "life-1", False)
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert doc.reason == "member-left"
+    assert "life-1" not in doc.members
+    assert status_of(api, ns, name)["members"] == 3
+    check_document(doc, _readable(brokers))
+
+    # scale down: a pod is deleted
+    kubelet.delete_pod(api, ns, "life-up-0")
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert doc.reason == "member-left"
+    assert set(doc.members) == {"life-0", "life-2"}
+
+    # a member's node changes zone
+    node_of_0 = client.CoreV1Api(api).read_namespaced_pod("life-0", ns).spec.node_name
+    kubelet.set_node_zone(api, node_of_0, "zone-moved")
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert doc.reason == "zone-changed"
+    assert doc.members["life-0"] == "zone-moved"
+    assert status_of(api, ns, name)["zones"].get("zone-moved") == 1
+    kubelet.set_node_zone(api, node_of_0, zone_nodes[node_of_0])
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+
+    # the topic gains queues
+    brokers[0]["readQueueNums"] = 10
+    apply_topic(api, ns, name, brokers, topicName=name)
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert doc.reason == "topics-changed"
+    assert status_of(api, ns, name)["queues"] == 16
+    check_document(doc, _readable(brokers))
+
+    # the topic is deleted: Invalid, and the last good assignment stays
+    before = doc
+    custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "topics", name)
+    status = wait_for(
+        "Invalid=True",
+        lambda: (s := status_of(api, ns, name)) and condition(s, "Invalid").get("status") == "True" and s,
+    )
+    assert condition(status, "Invalid")["reason"] == "TopicNotFound"
+    assert "not found" in condition(status, "Invalid")["message"]
+    assert condition(status, "Ready")["status"] == "False"
+    assert status["assignmentGeneration"] == before.generation
+    wait_for("a TopicNotFound event", lambda: events_of(api, ns, name, "TopicNotFound"))
+    wait_for(
+        "invalid gauge",
+        lambda: operator_process.metric("mqbalance_group_invalid", namespace=ns, group=name) == 1,
+    )
+    # membership changes while invalid publish nothing
+    kubelet.set_pod_ready(api, ns, "life-1", True)
+    wait_for(
+        "the pod is seen",
+        lambda: operator_process.metric("mqbalance_reconciles_total", result="invalid") >= 2,
+    )
+    assert read_document(api, ns, name) == before
+
+    # the topic comes back: valid again, a new generation
+    apply_topic(api, ns, name, brokers, topicName=name)
+    doc = wait_generation(api, ns, name, before.generation + 1)
+    status = status_of(api, ns, name)
+    assert condition(status, "Invalid")["status"] == "False"
+    assert condition(status, "Ready")["status"] == "True"
+    assert set(doc.members) == {"life-0", "life-1", "life-2"}
+    assert len(events_of(api, ns, name, "Rebalanced")) >= 1
+    assert operator_process.metric("mqbalance_queues_moved_total") > 0
+    assert check_journal(operator_process.journal_records()) >= 8
+
+
+def test_no_members_publishes_an_empty_assignment(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+) -> None:
+    api, ns, name = module_api, module_namespace, "empty"
+    nodes = [n for n, z in zone_nodes.items() if z]
+    _setup(api, ns, name, nodes, 1)
+    doc = wait_generation(api, ns, name, 1)
+    kubelet.set_pod_ready(api, ns, "empty-0", False)
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert doc.members == {}
+    assert all(not a for a in doc.topics.values())
+    status = status_of(api, ns, name)
+    assert condition(status, "Ready")["reason"] == "NoMembers"
+    assert condition(status, "Degraded")["status"] == "True"
+    assert status["unassignedQueues"] == 12
+
+
+def test_idle_members_are_degraded(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+) -> None:
+    api, ns, name = module_api, module_namespace, "idle"
+    nodes = [n for n, z in zone_nodes.items() if z]
+    labels = {"app": name}
+    kubelet.start_pods(api, ns, name, 3, labels, nodes)
+    apply_topic(api, ns, name, [{"name": "b", "readQueueNums": 2, "writeQueueNums": 2}])
+    apply_group(api, ns, name, {"topics": [name], "selector": {"matchLabels": labels}})
+    wait_generation(api, ns, name, 1)
+    status = status_of(api, ns, name)
+    assert condition(status, "Degraded")["reason"] == "IdleMembers"
+
+
+def test_burst_of_pod_changes_in_one_window_is_one_generation(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+) -> None:
+    api, ns, name = module_api, module_namespace, "burst"
+    nodes = [n for n, z in zone_nodes.items() if z]
+    _setup(api, ns, name, nodes, 2, debounce=8)
+    doc = wait_generation(api, ns, name, 1)
+    journal_before = len(operator_process.journal_records())
+    # A rolling change: four pods join, one leaves, all well inside the 8 s window.
+    kubelet.start_pods(api, ns, "burst-new", 4, {"app": name}, nodes)
+    kubelet.set_pod_ready(api, ns, "burst-0", False)
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert set(doc.members) == {"burst-1", "burst-new-0", "burst-new-1", "burst-new-2", "burst-new-3"}
+    assert doc.reason == "members-changed"
+    records = [r for r in operator_process.journal_records()[journal_before:] if r.group == name]
+    assert [r.generation for r in records] == [doc.generation]
+
+
+def test_schema_rejects_bad_specs(cluster: Any, crds: None, module_namespace: str) -> None:
+    bad = {
+        "unknown strategy": {"topics": ["t"], "selector": {}, "strategy": {"name": "RANDOM"}},
+        "negative debounce": {"topics": ["t"], "selector": {}, "debounceSeconds": -1},
+        "no selector": {"topics": ["t"]},
+        "no topics": {"topics": [], "selector": {}},
+        "bad operator": {"topics": ["t"], "selector": {"matchExpressions": [{"key": "a", "operator": "Gt"}]}},
+    }
+    for what, spec in bad.items():
+        manifest = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ConsumerGroup",
+            "metadata": {"name": "bad"},
+            "spec": spec,
+        }
+        result = cluster.kubectl(
+            "apply",
+            "--validate=false",
+            "-n",
+            module_namespace,
+            "-f",
+            "-",
+            input=json.dumps(manifest),
+            check=False,
+        )
+        assert result.returncode != 0, what
+        assert "is invalid" in result.stderr, (what, result.stderr)
+    topic = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Topic",
+        "metadata": {"name": "bad"},
+        "spec": {"brokers": [{"name": "b", "readQueueNums": -1, "writeQueueNums": 1}]},
+    }
+    result = cluster.kubectl(
+        "apply", "--validate=false", "-n", module_namespace, "-f", "-", input=json.dumps(topic), check=False
+    )
+    assert result.returncode != 0
+    assert "readQueueNums" in result.stderr
+
+
+def test_spec_the_schema_allows_but_cannot_work_is_invalid(
+    module_api: client.ApiClient, module_namespace: str, operator_process: OperatorProcess
+) -> None:
+    api, ns = module_api, module_namespace
+    apply_topic(api, ns, "room", [{"name": "hz@b", "readQueueNums": 2, "writeQueueNums": 2}])
+    apply_group(
+        api,
+        ns,
+        "room",
+        {
+            "topics": ["room"],
+            "selector": {"matchLabels": {"app": "room"}},
+            "strategy": {"name": "MACHINE_ROOM"},
+        },
+    )
+    status = wait_for(
+        "Invalid=True",
+        lambda: (s := status_of(api, ns, "room")) and condition(s, "Invalid").get("status") == "True" and s,
+    )
+    assert "consumerIdcs" in condition(status, "Invalid")["message"]
+    assert read_document(api, ns, "room") is None
+    # fixing the spec publishes
+    apply_group(
+        api,
+        ns,
+        "room",
+        {
+            "topics": ["room"],
+            "selector": {"matchLabels": {"app": "room"}},
+            "strategy": {"name": "MACHINE_ROOM", "consumerIdcs": ["hz"]},
+        },
+    )
+    wait_generation(api, ns, "room", 1)
+    assert condition(status_of(api, ns, "room"), "Invalid")["status"] == "False"
+
+
+def test_restart_changes_nothing_and_deletion_collects_the_configmap(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+) -> None:
+    api, ns = module_api, module_namespace
+    nodes = [n for n, z in zone_nodes.items() if z]
+    _setup(api, ns, "keep", nodes, 4)
+    wait_generation(api, ns, "keep", 1)
+    groups = custom(api).list_namespaced_custom_object(GROUP, VERSION, ns, "consumergroups")["items"]
+    before = {g["metadata"]["name"]: read_document(api, ns, g["metadata"]["name"]) for g in groups}
+    journal_before = len(operator_process.journal_records())
+
+    operator_process.stop()
+    operator_process.start()
+    wait_for(
+        "every group reconciled after the restart",
+        lambda: operator_process.metric("mqbalance_reconciles_total") >= len(groups),
+    )
+    after = {name: read_document(api, ns, name) for name in before}
+    assert after == before
+    assert len(operator_process.journal_records()) == journal_before
+
+    # deleting the group garbage-collects its ConfigMap (kube-controller-manager's GC)
+    custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "consumergroups", "keep")
+    wait_for("the ConfigMap to be collected", lambda: read_document(api, ns, "keep") is None)
+    wait_for(
+        "the group's gauges to go",
+        lambda: (
+            operator_process.metric("mqbalance_group_members", namespace=ns, group="keep") == 0
+            and 'group="keep"' not in operator_process.metrics_text()
+        ),
+    )
