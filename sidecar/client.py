@@ -1,0 +1,135 @@
+"""A small client of the sidecar's API for Python consumers and producers.
+
+Standard library only (``urllib``), so an application needs nothing beyond
+mqbalance itself, and can copy this file if it does not want even that::
+
+    client = SidecarClient()                      # http://127.0.0.1:8081
+    view = client.queues()
+    while True:
+        consume(view["queues"])
+        view = client.wait_for_change(view["generation"], timeout=60)
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8081"
+
+
+class SidecarError(Exception):
+    """The sidecar answered with an error (``status`` is the HTTP status, 0 if unreachable)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"sidecar: {message} (HTTP {status})" if status else f"sidecar: {message}")
+        self.status = status
+        self.message = message
+
+
+class SidecarClient:
+    def __init__(
+        self, base_url: str = DEFAULT_URL, *, group: str | None = None, timeout: float = 10.0
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.group = group
+        """The ConsumerGroup resource to ask about; needed only when the sidecar serves several."""
+        self.timeout = timeout
+
+    # -- consumer side ---------------------------------------------------------
+
+    def queues(self) -> dict[str, Any]:
+        """This pod's queues per topic, with ``generation`` and ``strategy``."""
+        return self._get("/v1/queues", {})
+
+    def wait_for_change(self, after_generation: int, timeout: float = 30.0) -> dict[str, Any]:
+        """Like :meth:`queues`, but waits until the generation differs from ``after_generation``.
+
+        Returns the unchanged view when ``timeout`` passes first; compare its
+        ``generation``. Pass -1 to wait for the first assignment.
+        """
+        params = {"after": str(after_generation), "timeout": f"{timeout:g}"}
+        return self._get("/v1/queues", params, wait=timeout)
+
+    def assignment(self) -> dict[str, Any]:
+        """The whole group's assignment document."""
+        return self._get("/v1/assignment", {})
+
+    def ready(self) -> bool:
+        try:
+            self._request("GET", "/readyz")
+        except SidecarError as e:
+            if e.status == 503:
+                return False
+            raise
+        return True
+
+    # -- producer side ---------------------------------------------------------
+
+    def route(self, topic: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/topics/{_quote(topic)}/route")
+
+    def select_queue(
+        self,
+        topic: str,
+        *,
+        last_broker: str | None = None,
+        selector: str | None = None,
+        sharding_key: str | None = None,
+        fault_tolerance: bool | None = None,
+    ) -> dict[str, Any]:
+        """``{"topic", "broker", "queueId"}`` for the next send; on a retry pass ``last_broker``."""
+        body = {
+            "lastBroker": last_broker,
+            "selector": selector,
+            "shardingKey": sharding_key,
+            "faultTolerance": fault_tolerance,
+        }
+        return self._request(
+            "POST", f"/v1/topics/{_quote(topic)}/select", {k: v for k, v in body.items() if v is not None}
+        )
+
+    def report(
+        self, broker: str, latency_ms: float, *, failed: bool = False, reachable: bool = True
+    ) -> dict[str, Any]:
+        """Report a send's outcome; returns the broker's fault state after it."""
+        body = {"broker": broker, "latencyMs": latency_ms, "failed": failed, "reachable": reachable}
+        return self._request("POST", "/v1/sends", body)
+
+    def faults(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/faults")
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _get(self, path: str, params: dict[str, str], *, wait: float = 0.0) -> dict[str, Any]:
+        if self.group is not None:
+            params = {"group": self.group, **params}
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        return self._request("GET", path + query, wait=wait)
+
+    def _request(self, method: str, path: str, body: Any = None, *, wait: float = 0.0) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            # A long-poll may legitimately take its whole wait before answering.
+            with urllib.request.urlopen(request, timeout=self.timeout + wait) as resp:
+                result: dict[str, Any] = json.loads(resp.read())
+                return result
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = str(json.loads(raw)["error"])
+            except (ValueError, KeyError, TypeError):
+                message = raw.decode(errors="replace")[:300] or e.reason
+            raise SidecarError(e.code, message) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise SidecarError(0, f"cannot reach {self.base_url}: {e}") from None
+
+
+def _quote(topic: str) -> str:
+    return urllib.parse.quote(topic, safe="")

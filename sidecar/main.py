@@ -1,0 +1,105 @@
+"""``mqbalance sidecar``: serve the API and the metrics until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from mqbalance.sidecar.app import SOURCE_TASK, STATE, create_app, create_metrics_app
+from mqbalance.sidecar.config import ConfigError, SidecarConfig, parse_config
+from mqbalance.sidecar.kube import KubeClient
+from mqbalance.sidecar.watch import AssignmentSource, FilesSource, KubernetesSource
+
+log = logging.getLogger("mqbalance.sidecar")
+
+
+async def serve(config: SidecarConfig) -> int:
+    kube: KubeClient | None = None
+    source: AssignmentSource
+    if config.uses_api:
+        try:
+            kube = await KubeClient.connect(config.kubeconfig or _kubeconfig_from_env())
+        except Exception as e:  # the loaders raise several types; all mean "cannot reach the API"
+            log.error("cannot configure the Kubernetes client: %s", e)
+            return 1
+        source = KubernetesSource(
+            kube,
+            config.namespace,
+            list(config.groups),
+            files=config.assignment_files,
+            watch_topics=config.watch_topics,
+            file_interval=config.file_poll_interval,
+        )
+    else:
+        source = FilesSource(config.assignment_files, config.file_poll_interval)
+    app = create_app(config, source=source)
+    runners = [web.AppRunner(app, access_log=None)]
+    sites = [(runners[0], config.host, config.port)]
+    if config.metrics_port:
+        runners.append(web.AppRunner(create_metrics_app(app[STATE]), access_log=None))
+        sites.append((runners[1], config.metrics_host, config.metrics_port))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for runner in runners:
+            await runner.setup()
+        freeze_heap()
+        for runner, host, port in sites:
+            await web.TCPSite(runner, host, port).start()
+            log.info("listening on %s:%d", host, port)
+        source_task = app[SOURCE_TASK]
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({stopped, source_task}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if source_task.done() and not source_task.cancelled() and source_task.exception() is not None:
+            log.error("the assignment source stopped: %r", source_task.exception())
+            return 1
+        return 0
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
+        if kube is not None:
+            await kube.close()
+
+
+def freeze_heap() -> None:
+    """Move everything allocated at start-up out of the garbage collector's sight.
+
+    The imports (kubernetes, prometheus_client, aiohttp) leave a large, permanent
+    heap; a full collection walking it shows up as request latency spikes.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+def _kubeconfig_from_env() -> Path | None:
+    # In a pod there is no kubeconfig: None selects the service account.
+    path = os.path.expanduser("~/.kube/config")
+    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    return None if in_cluster or not os.path.exists(path) else Path(path)
+
+
+def main(argv: Sequence[str]) -> int:
+    logging.basicConfig(
+        level=os.environ.get("MQBALANCE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = parse_config(argv, os.environ)
+    except ConfigError as e:
+        print(f"mqbalance sidecar: {e}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(serve(config))
+    return 130

@@ -1,0 +1,284 @@
+"""What the sidecar serves: the groups' assignments, the topic routes, the producer state.
+
+Sources (API watches, mounted files, tests) write here; HTTP handlers read. Each new
+assignment is encoded once on arrival, so serving it is a dictionary lookup and a
+write of ready bytes, however many requests follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mqbalance.document import AssignmentDocument
+from mqbalance.model import MessageQueue, TopicRoute
+from mqbalance.producer import QueueSelector
+from mqbalance.sidecar.metrics import SidecarMetrics
+
+log = logging.getLogger(__name__)
+
+WallClock = Callable[[], float]
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Served:
+    """One group's assignment as served, with its responses encoded in advance."""
+
+    document: AssignmentDocument
+    received_at: float
+    queues_body: bytes
+    """``GET /v1/queues``: this pod's queues."""
+    assignment_body: bytes
+    """``GET /v1/assignment``: the whole document."""
+
+    @property
+    def generation(self) -> int:
+        return self.document.generation
+
+
+def member_view(resource: str, member: str, doc: AssignmentDocument, received_at: float) -> dict[str, Any]:
+    """This pod's share of ``doc``: the body of ``GET /v1/queues``."""
+    queues = doc.queues_of(member)
+    return {
+        "group": doc.group,
+        "groupResource": resource,
+        "member": member,
+        "isMember": member in doc.members,
+        "zone": doc.members.get(member),
+        "generation": doc.generation,
+        "strategy": doc.strategy,
+        "messageModel": doc.message_model,
+        "computedAt": doc.computed_at,
+        "receivedAt": received_at,
+        "reason": doc.reason,
+        "queueCount": sum(len(q) for q in queues.values()),
+        "queues": {
+            topic: [{"brokerName": mq.broker_name, "queueId": mq.queue_id} for mq in topic_queues]
+            for topic, topic_queues in sorted(queues.items())
+        },
+    }
+
+
+class GroupState:
+    """One ConsumerGroup's served assignment and the long-polls waiting on it."""
+
+    def __init__(self, resource: str, member: str, metrics: SidecarMetrics, clock: WallClock) -> None:
+        self.resource = resource
+        self.member = member
+        self.served: Served | None = None
+        self._metrics = metrics
+        self._clock = clock
+        self._changed = asyncio.Event()
+        self.waiting = 0
+        """Long-polls waiting now."""
+
+    def publish(self, doc: AssignmentDocument) -> bool:
+        """Serve ``doc``; False when it is what is already served (a relist replays it)."""
+        current = self.served
+        if (
+            current is not None
+            and current.generation == doc.generation
+            and doc.same_assignment(current.document)
+        ):
+            return False
+        now = self._clock()
+        self.served = Served(
+            document=doc,
+            received_at=now,
+            queues_body=_dumps(member_view(self.resource, self.member, doc, now)),
+            assignment_body=doc.encode().encode(),
+        )
+        self._record(current.document if current is not None else None, doc, now)
+        self._wake()
+        log.info(
+            "group %s: serving generation %d (%s), %d queues for %s",
+            self.resource,
+            doc.generation,
+            doc.reason or "no reason given",
+            sum(len(q) for q in doc.queues_of(self.member).values()),
+            self.member,
+        )
+        return True
+
+    def withdraw(self) -> None:
+        """The ConfigMap is gone: serve nothing rather than a stale assignment."""
+        if self.served is not None:
+            log.warning("group %s: assignment withdrawn (ConfigMap deleted)", self.resource)
+            self.served = None
+            self._metrics.owned_queues.labels(self.resource).set(0)
+            self._wake()
+
+    async def wait_change(self, after: int, timeout: float) -> Served | None:
+        """The served assignment once its generation differs from ``after``, or at ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            served = self.served
+            if served is not None and served.generation != after:
+                return served
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return served
+            self.waiting += 1
+            self._metrics.long_polls.labels(self.resource).inc()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return self.served
+            finally:
+                self.waiting -= 1
+                self._metrics.long_polls.labels(self.resource).dec()
+
+    def _wake(self) -> None:
+        # Waiters hold the old event; a fresh one serves the next change.
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def _record(self, previous: AssignmentDocument | None, doc: AssignmentDocument, now: float) -> None:
+        m, g = self._metrics, self.resource
+        new = _owned(doc, self.member)
+        old = _owned(previous, self.member) if previous is not None else set()
+        m.assignment_generation.labels(g).set(doc.generation)
+        m.owned_queues.labels(g).set(len(new))
+        m.rebalances.labels(g).inc()
+        m.queues_added.labels(g).inc(len(new - old))
+        m.queues_revoked.labels(g).inc(len(old - new))
+        # The first document after start may have been computed long ago; only a
+        # replacement measures how fast a rebalance reached this pod.
+        if previous is not None and doc.computed_at > 0:
+            m.propagation_delay.labels(g).observe(max(0.0, now - doc.computed_at))
+
+
+def _owned(doc: AssignmentDocument, member: str) -> set[MessageQueue]:
+    return {mq for queues in doc.queues_of(member).values() for mq in queues}
+
+
+def route_json(resource: str, route: TopicRoute) -> dict[str, Any]:
+    return {
+        "topic": route.topic,
+        "resource": resource,
+        "brokers": [
+            {
+                "name": b.name,
+                "zone": b.zone,
+                "readQueueNums": b.read_queue_nums,
+                "writeQueueNums": b.write_queue_nums,
+                "perm": b.perm,
+            }
+            for b in route.brokers
+        ],
+        "readableQueues": len(route.readable_queues()),
+        "writableQueues": len(route.writable_queues()),
+    }
+
+
+class SidecarState:
+    """Everything the API serves, for one pod."""
+
+    def __init__(
+        self,
+        member: str,
+        groups: Iterable[str],
+        selector: QueueSelector,
+        metrics: SidecarMetrics | None = None,
+        *,
+        clock: WallClock = time.time,
+    ) -> None:
+        self.member = member
+        self.metrics = metrics if metrics is not None else SidecarMetrics()
+        self.selector = selector
+        self.groups = {g: GroupState(g, member, self.metrics, clock) for g in groups}
+        if not self.groups:
+            raise ValueError("a sidecar serves at least one group")
+        self.default_group = next(iter(self.groups))
+        self._topics: dict[str, TopicRoute] = {}
+        """Topic resource name -> route."""
+        self._by_topic: dict[str, tuple[str, TopicRoute]] = {}
+        """RocketMQ topic name -> (resource name, route)."""
+        self.metrics.watch_brokers(self.broker_states)
+
+    # -- assignments -------------------------------------------------------------
+
+    def publish(self, group: str, doc: AssignmentDocument) -> bool:
+        return self.groups[group].publish(doc)
+
+    def withdraw(self, group: str) -> None:
+        self.groups[group].withdraw()
+
+    def missing_groups(self) -> list[str]:
+        return [g for g, s in self.groups.items() if s.served is None]
+
+    # -- topic routes ------------------------------------------------------------
+
+    def replace_routes(self, routes: Mapping[str, TopicRoute]) -> None:
+        """All Topic resources at once (after a list)."""
+        self._topics = dict(routes)
+        self._reindex()
+
+    def put_route(self, resource: str, route: TopicRoute) -> None:
+        self._topics[resource] = route
+        self._reindex()
+
+    def delete_route(self, resource: str) -> None:
+        self._topics.pop(resource, None)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._by_topic = {r.topic: (name, r) for name, r in sorted(self._topics.items())}
+
+    def route(self, topic: str) -> tuple[str, TopicRoute] | None:
+        """By RocketMQ topic name, else by Topic resource name."""
+        found = self._by_topic.get(topic)
+        if found is None and topic in self._topics:
+            found = (topic, self._topics[topic])
+        return found
+
+    def topic_names(self) -> list[str]:
+        return sorted(self._by_topic)
+
+    # -- producer faults ---------------------------------------------------------
+
+    def brokers(self) -> list[str]:
+        """Every broker a route names or a send report mentioned."""
+        known = {b.name for r in self._topics.values() for b in r.brokers}
+        known.update(i.broker for i in self.selector.faults.items())
+        return sorted(known)
+
+    def broker_states(self) -> list[tuple[str, bool]]:
+        faults = self.selector.faults
+        return [(b, faults.is_available(b)) for b in self.brokers()]
+
+    def faults_json(self) -> dict[str, Any]:
+        faults = self.selector.faults
+        brokers = []
+        for name in self.brokers():
+            item = faults.item(name)
+            if item is None:
+                brokers.append(
+                    {
+                        "broker": name,
+                        "currentLatencyMs": 0.0,
+                        "isolatedUntil": None,
+                        "isolatedForMs": 0.0,
+                        "available": True,
+                        "reachable": True,
+                        "reported": False,
+                    }
+                )
+            else:
+                brokers.append({**item.to_json(), "reported": True})
+        return {
+            "generation": self.selector.generation.value,
+            "faultTolerance": self.selector.fault_tolerance,
+            "table": faults.table.to_json(),
+            "brokers": brokers,
+        }

@@ -1,0 +1,35 @@
+"""Fixtures of the sidecar's integration tests: CRDs and a sidecar process factory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sidecar_process import SidecarProcess
+
+from mqbalance.testing.cluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def sidecar_crds(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/topics.mqbalance.io", "--timeout=60s")
+
+
+@pytest.fixture
+def start_sidecar(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[..., SidecarProcess]]:
+    """Starts ``mqbalance sidecar ARGS`` with the cluster's kubeconfig; stops them all afterwards."""
+    started: list[SidecarProcess] = []
+
+    def start(*args: str) -> SidecarProcess:
+        proc = SidecarProcess(cluster.kubeconfig, tmp_path / f"sidecar-{len(started)}.log", *args)
+        started.append(proc)
+        proc.start()
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()

@@ -1,0 +1,116 @@
+"""Running ``mqbalance sidecar`` as a subprocess against the local cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
+from mqbalance.sidecar.client import SidecarClient, SidecarError
+
+T = TypeVar("T")
+DEADLINE = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = DEADLINE) -> T:
+    """``probe()`` until it returns something other than None; fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def configmap_body(group: str, doc: AssignmentDocument) -> dict[str, object]:
+    """The ConfigMap the operator publishes for ``doc``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": configmap_name(group), "labels": {"app.kubernetes.io/managed-by": "mqbalance"}},
+        "data": {CONFIGMAP_KEY: doc.encode()},
+    }
+
+
+class SidecarProcess:
+    def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.log_path = log_path
+        self.argv = [
+            sys.executable,
+            "-m",
+            "mqbalance",
+            "sidecar",
+            "--port",
+            str(self.port),
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+            *args,
+        ]
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "MQBALANCE_LOG_LEVEL": "DEBUG"}
+        self.client = SidecarClient(f"http://127.0.0.1:{self.port}")
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(f"the sidecar to listen\n{self.tail()}", self._listening)
+
+    def _listening(self) -> bool | None:
+        if self._proc is not None and self._proc.poll() is not None:
+            raise AssertionError(f"the sidecar exited with {self._proc.returncode}\n{self.tail()}")
+        try:
+            self.client.ready()
+        except SidecarError:
+            return None
+        return True
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        key = f"{name}{{{want}}}" if want else name
+        for line in text.splitlines():
+            if line.startswith(key + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
