@@ -22,8 +22,11 @@ With zone affinity (or a previous assignment that gave a queue to several member
 BROADCASTING or CONFIG may), it is a transportation problem, solved exactly as a
 min-cost flow whose cost is ``(Q + 1) * cross_zone + moves``: the first term dominates,
 so it places the most queues in their broker's zone any balanced assignment can, then
-moves the fewest among those. Queues are grouped into classes (zone, previous owners),
-which keeps the graph to a few nodes per consumer whatever the queue count:
+moves the fewest among those. With one previous holder per queue, ``sticky_zones.py``
+solves it on a network of consumer *types*, a few dozen nodes whatever the group's size
+(its proof of optimality is there). Otherwise ``allocate_transport`` below solves it on a
+network per consumer; queues are grouped into classes (zone, previous owners), which
+keeps the graph to a few nodes per consumer whatever the queue count:
 
     source -> class            capacity: the class's queues
     class  -> previous owner   cost: (Q + 1) if the zones differ
@@ -42,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from mqbalance.model import Assignment, MessageQueue, Zones
 from mqbalance.strategies.avg import Shares
 from mqbalance.strategies.mincostflow import MinCostFlow
+from mqbalance.strategies.sticky_zones import allocate_zone_sticky
 
 NO_ZONES = Zones()
 """Every broker and consumer in the unknown zone."""
@@ -73,12 +77,14 @@ def allocate_sticky(
     holders = previous_holders(previous, consumers)
     single_owner = all(len(owners) == 1 for owners in holders.values())
     if zone_affinity:
-        zone_set = {zones.of_broker(mq.broker_name) for mq in queues}
+        zone_set = {zones.of_broker(broker) for broker in {mq.broker_name for mq in queues}}
         zone_set.update(zones.of_consumer(c) for c in consumers)
         zone_affinity = len(zone_set) > 1  # one zone: every placement is in-zone
     if single_owner and not zone_affinity:
         return _greedy(queues, consumers, holders)
-    return _transport(queues, consumers, holders, zones, zone_affinity)
+    if single_owner:
+        return allocate_zone_sticky(queues, consumers, holders, zones)
+    return allocate_transport(queues, consumers, holders, zones, zone_affinity)
 
 
 def _greedy(
@@ -108,13 +114,15 @@ def _greedy(
     return shares
 
 
-def _transport(
+def allocate_transport(
     queues: Sequence[MessageQueue],
     consumers: Sequence[str],
     holders: Mapping[MessageQueue, list[str]],
     zones: Zones,
     zone_affinity: bool,
 ) -> Shares:
+    """The exact solver for any previous assignment (the reference for ``sticky_zones``)."""
+
     def queue_zone(mq: MessageQueue) -> str:
         return zones.of_broker(mq.broker_name) if zone_affinity else ""
 
