@@ -16,6 +16,10 @@ class OperatorConfig:
     """Append journal lines to this file; standard output when None."""
     peering: str | None = None
     """kopf peering object name; None runs standalone."""
+    leader_election: str | None = None
+    """Name of the coordination.k8s.io Lease replicas elect a leader through; None: no election."""
+    lease_namespace: str | None = None
+    lease_duration: float = 15.0
     kubeconfig: str | None = None
     debounce_override: float | None = None
     """Use this debounce window for every group instead of its spec.debounceSeconds."""

@@ -24,6 +24,8 @@ from mqbalance.model import (
 )
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
+MAX_GROUP_NAME = 63
+"""Longest ConsumerGroup resource name: a label value."""
 DEFAULT_DEBOUNCE_SECONDS = 2.0
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -135,8 +137,11 @@ def parse_topic(resource_name: str, spec: Mapping[str, Any] | None) -> TopicRout
                 raise SpecError(f"{at}.{key} must be an integer of 0 or more, got {value!r}")
             counts.append(value)
         perm = b.get("perm", PERM_READ_WRITE)
-        if perm not in (2, 4, 6):
-            raise SpecError(f"{at}.perm is {perm!r}; use 6 (read-write), 4 (read-only) or 2 (write-only)")
+        # Any PermName bit combination, as the CRD admits (7 is TBW102's read-write-inherit).
+        if not isinstance(perm, int) or isinstance(perm, bool) or not 0 <= perm <= 15:
+            raise SpecError(
+                f"{at}.perm is {perm!r}; use PermName bits 0-15: 6 read-write, 4 read-only, 2 write-only"
+            )
         brokers.append(Broker(b["name"], counts[0], counts[1], perm, b.get("zone") or UNKNOWN_ZONE))
     return TopicRoute(topic_name(resource_name, spec), tuple(brokers))
 
@@ -151,6 +156,14 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
     """A ConsumerGroup resource's spec; raises SpecError naming the field to fix."""
     if not isinstance(spec, Mapping):
         raise SpecError("the ConsumerGroup has no spec")
+    if len(resource_name) > MAX_GROUP_NAME:
+        # The name is the value of the ConfigMap's mqbalance.io/group label; the API server
+        # would refuse every write of the ConfigMap.
+        raise SpecError(
+            f"the ConsumerGroup's name is {len(resource_name)} characters; it becomes a label value on "
+            f"its ConfigMap, which may hold at most {MAX_GROUP_NAME}: recreate the group with a shorter name "
+            "(spec.groupName keeps the RocketMQ name)"
+        )
     topics = spec.get("topics")
     if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
         raise SpecError("spec.topics must list the names of one or more Topic resources in this namespace")

@@ -1,0 +1,106 @@
+"""Fixtures of the reliability tests: CRDs, zoned nodes, topics, operator processes, a generation watcher.
+
+The operator's fixtures (``crds``) live in tests/integration/operator/conftest.py; this folder
+reuses the helpers of ``operator_support`` and ``invariants`` through the path set up below.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+_INTEGRATION = Path(__file__).resolve().parents[1]
+for extra in (_INTEGRATION, _INTEGRATION / "sidecar", _INTEGRATION / "deploy"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from kubernetes import client  # noqa: E402
+from operator_support import REPO, apply_topic  # noqa: E402
+from reliability_support import GenerationWatcher, KillableOperator  # noqa: E402
+
+from mqbalance.model import MessageQueue  # noqa: E402
+from mqbalance.operator.spec import parse_topic  # noqa: E402
+from mqbalance.testing import kubelet  # noqa: E402
+from mqbalance.testing.cluster import LocalCluster  # noqa: E402
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+
+# Two topics every reliability test subscribes its groups to: 2 brokers x 8 and one broker of 5
+# readable queues (of 6 written: readQueueNums < writeQueueNums is allowed).
+TOPICS: dict[str, list[dict[str, object]]] = {
+    "orders": [
+        {"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8},
+        {"name": "broker-b", "zone": "zone-b", "readQueueNums": 8, "writeQueueNums": 8},
+    ],
+    "payments": [{"name": "broker-c", "zone": "zone-c", "readQueueNums": 5, "writeQueueNums": 6}],
+}
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster: LocalCluster) -> Iterator[list[str]]:
+    """One node per zone."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    suffix = uuid.uuid4().hex[:6]
+    names = [f"rel-{zone}-{suffix}" for zone in ZONES]
+    for name, zone in zip(names, ZONES, strict=True):
+        kubelet.create_node(api, name, zone)
+    yield names
+    for name in names:
+        kubelet.delete_node(api, name)
+    api.close()
+
+
+def readable_queues() -> dict[str, list[MessageQueue]]:
+    return {name: parse_topic(name, {"brokers": b}).readable_queues() for name, b in TOPICS.items()}
+
+
+@pytest.fixture
+def topics(crds: None, api_client: client.ApiClient, namespace: str) -> dict[str, list[MessageQueue]]:
+    for name, brokers in TOPICS.items():
+        apply_topic(api_client, namespace, name, brokers)
+    return readable_queues()
+
+
+@pytest.fixture
+def watcher(
+    api_client: client.ApiClient, namespace: str, topics: dict[str, list[MessageQueue]]
+) -> Iterator[GenerationWatcher]:
+    """Every generation published in the test's namespace, checked as it arrives."""
+    w = GenerationWatcher(api_client, namespace, topics).start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def start_operator(
+    cluster: LocalCluster, crds: None, namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., KillableOperator]]:
+    """Starts operators on the test's namespace (``name`` separates their logs); stops them afterwards."""
+    started: list[KillableOperator] = []
+
+    def start(*extra: str, name: str = "operator", wait: bool = True) -> KillableOperator:
+        workdir = tmp_path / name
+        workdir.mkdir(exist_ok=True)
+        op = KillableOperator(cluster, [namespace], workdir, *extra)
+        started.append(op)
+        op.start_detached()
+        if wait:
+            op.wait_healthy()
+        return op
+
+    yield start
+    for op in started:
+        op.stop()

@@ -1,0 +1,142 @@
+"""Bad input: every object of the corpus is rejected at admission or reported in status, while
+the operator keeps serving a healthy group in the same namespace."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from corpus import PROBE_LABELS, Case, corpus
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from operator_support import GROUP, VERSION, apply_group, condition, custom, get_group, wait_for
+from reliability_support import Churn, GenerationWatcher, KillableOperator, wait_converged
+
+from mqbalance.model import MessageQueue
+from mqbalance.testing import kubelet
+
+CONTROL = "control"
+
+
+def create(api: client.ApiClient, namespace: str, kind: str, name: str, spec: Any) -> ApiException | None:
+    body: dict[str, Any] = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}}
+    if spec is not None:
+        body["spec"] = spec
+    plural = "topics" if kind == "Topic" else "consumergroups"
+    try:
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    except ApiException as e:
+        return e
+    return None
+
+
+def fate_of(api: client.ApiClient, namespace: str, name: str) -> str | None:
+    """The group's reported fate once its status describes its current spec, else None."""
+    obj = get_group(api, namespace, name) or {}
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj.get("metadata", {}).get("generation"):
+        return None
+    invalid, ready = condition(status, "Invalid"), condition(status, "Ready")
+    if invalid.get("status") == "True":
+        assert invalid.get("message"), f"{name}: Invalid without a message: {invalid}"
+        return f"invalid:{invalid['reason']}"
+    if ready.get("status") == "True":
+        return "served"
+    if ready.get("status") == "False":
+        return f"not-ready:{ready['reason']}"
+    return None
+
+
+def names_field(message: str, where: str) -> bool:
+    """The 422 message names the field (list indices ignored)."""
+    plain = re.sub(r"\[\d+\]", "", message)
+    return re.sub(r"\[\d+\]", "", where) in plain
+
+
+def test_bad_input_corpus(
+    api_client: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., KillableOperator],
+) -> None:
+    cases = corpus()
+    assert len(cases) >= 100
+    # The healthy group, and one member that every probe group selects.
+    apply_group(
+        api_client,
+        namespace,
+        CONTROL,
+        {
+            "topics": ["orders", "payments"],
+            "selector": {"matchLabels": {"app": CONTROL}},
+            "debounceSeconds": 0,
+        },
+    )
+    churn = Churn(api_client, namespace, [CONTROL], nodes, __import__("random").Random(3))
+    churn.add(CONTROL)
+    churn.add(CONTROL)
+    kubelet.create_pod(api_client, namespace, "probe-0", PROBE_LABELS)
+    kubelet.bind_pod(api_client, namespace, "probe-0", nodes[0])
+    kubelet.set_pod_ready(api_client, namespace, "probe-0")
+    op = start_operator()
+    wait_converged(api_client, namespace, CONTROL, churn.members(CONTROL))
+
+    wrong: list[str] = []
+    watched: dict[str, Case] = {}  # group name -> case whose fate it reports
+    outcomes: Counter[str] = Counter()
+    for i, case in enumerate(cases):
+        name = case.resource_name or f"{'bt' if case.kind == 'Topic' else 'bg'}-{i}"
+        error = create(api_client, namespace, case.kind, name, case.spec)
+        if error is not None:
+            message = str(error.body)
+            if case.fate != "rejected":
+                wrong.append(
+                    f"#{i} {case.kind} {case.name}: expected {case.fate}, got {error.status} {message[:300]}"
+                )
+            elif error.status != 422 or not names_field(message, case.where):
+                wrong.append(
+                    f"#{i} {case.kind} {case.name}: 422 naming {case.where} expected, "
+                    f"got {error.status} {message[:300]}"
+                )
+            outcomes["rejected"] += 1
+            continue
+        if case.fate == "rejected":
+            wrong.append(f"#{i} {case.kind} {case.name}: accepted, expected a 422 naming {case.where}")
+            continue
+        if case.kind == "Topic":
+            probe = f"{name}-probe"
+            spec = {
+                "topics": ["orders", name],
+                "selector": {"matchLabels": PROBE_LABELS},
+                "debounceSeconds": 0,
+            }
+            assert create(api_client, namespace, "ConsumerGroup", probe, spec) is None
+            watched[probe] = case
+        else:
+            watched[name] = case
+
+    for name, case in watched.items():
+        fate = wait_for(
+            f"{name} ({case.name}) to report its fate", lambda n=name: fate_of(api_client, namespace, n)
+        )
+        outcomes[fate.split(":")[0]] += 1
+        if fate != case.fate:
+            wrong.append(f"{case.kind} {case.name}: expected {case.fate}, got {fate}")
+
+    # The healthy group still follows its members.
+    churn.add(CONTROL)
+    wait_converged(api_client, namespace, CONTROL, churn.members(CONTROL))
+    gone = sorted(churn.pods[CONTROL])[0]
+    kubelet.delete_pod(api_client, namespace, gone)
+    del churn.pods[CONTROL][gone]
+    wait_converged(api_client, namespace, CONTROL, churn.members(CONTROL))
+    assert op.alive, op.tail()
+    watcher.assert_clean()
+    print(
+        f"bad-input figures: cases={len(cases)} " + " ".join(f"{k}={v}" for k, v in sorted(outcomes.items()))
+    )
+    assert not wrong, f"{len(wrong)} of {len(cases)} cases went otherwise:\n" + "\n".join(wrong)

@@ -1,0 +1,141 @@
+"""Crash safety: SIGKILL the operator at random moments during bursts of membership changes.
+
+After each kill the operator is started again; membership keeps changing while it is down.
+Once the bursts stop, every group converges to its current members with each queue owned
+exactly once; no generation the watcher saw ever went backwards or repeated; and a restart
+over an unchanged membership publishes nothing. Seeded, so a failure can be replayed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+from operator_support import apply_group, wait_for
+from reliability_support import Churn, GenerationWatcher, KillableOperator, owner_count, wait_converged
+
+from mqbalance.model import MessageQueue
+
+GROUPS: dict[str, dict[str, Any]] = {
+    "sticky-now": {"topics": ["orders", "payments"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0},
+    "avg-now": {"topics": ["orders"], "strategy": {"name": "AVG"}, "debounceSeconds": 0},
+    "sticky-zones": {
+        "topics": ["orders", "payments"],
+        "strategy": {"name": "STICKY", "zoneAffinity": True},
+        "debounceSeconds": 0.5,
+    },
+    "avg-later": {"topics": ["payments"], "strategy": {"name": "AVG"}, "debounceSeconds": 0.3},
+}
+
+
+def crash_loop(
+    kills: int,
+    seed: int,
+    api: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., KillableOperator],
+) -> dict[str, int]:
+    rng = random.Random(seed)
+    for group, spec in GROUPS.items():
+        apply_group(api, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
+    churn = Churn(api, namespace, list(GROUPS), nodes, rng)
+    for group in GROUPS:
+        for _ in range(2):
+            churn.add(group)
+    op = start_operator()
+    during_startup = 0
+    for _ in range(kills):
+        # A burst while the operator runs; the kill lands after a random number of its changes,
+        # or (one time in five) while the restarted operator is still starting.
+        burst = rng.randint(2, 8)
+        kill_after = rng.randint(0, burst)
+        for i in range(burst):
+            if i == kill_after:
+                time.sleep(rng.uniform(0, 0.4))
+                op.kill()
+            churn.step()
+            time.sleep(rng.uniform(0, 0.15))
+        if op.alive:
+            time.sleep(rng.uniform(0, 0.4))
+            op.kill()
+        # Changes while no operator runs.
+        for _ in range(rng.randint(0, 2)):
+            churn.step()
+        early = rng.random() < 0.2
+        op = start_operator(wait=not early)
+        if early:
+            during_startup += 1
+            time.sleep(rng.uniform(0.3, 2.0))
+            op.kill()
+            op = start_operator()
+
+    # Settled: every group reaches its current members, each queue exactly one owner.
+    docs = {g: wait_converged(api, namespace, g, churn.members(g)) for g in GROUPS}
+    for group, doc in docs.items():
+        wanted = [mq for t in GROUPS[group]["topics"] for mq in topics[t]]
+        counts = owner_count(doc)
+        if churn.members(group):
+            assert sorted(counts) == sorted(wanted), f"{group}: queues held {sorted(counts)} != {wanted}"
+            assert set(counts.values()) == {1}, f"{group}: a queue with several owners: {counts}"
+        else:
+            assert not counts, f"{group}: queues held with no members"
+
+    # An unchanged membership: kill and restart once more; the first reconciles publish nothing.
+    before = {g: watcher.generations(g) for g in GROUPS}
+    op.kill()
+    op = start_operator()
+    wait_for(
+        "every group reconciled after the restart",
+        lambda: op.metric("mqbalance_reconciles_total", result="unchanged") >= len(GROUPS),
+    )
+    for g in GROUPS:
+        wait_converged(api, namespace, g, churn.members(g))
+    assert {g: watcher.generations(g) for g in GROUPS} == before
+    assert op.metric("mqbalance_reconciles_total", result="published") == 0
+
+    watcher.assert_clean()
+    op.stop()
+    return {
+        "kills": kills + during_startup + 1,
+        "kills_during_startup": during_startup,
+        "membership_changes": churn.actions,
+        "generations_checked": watcher.total(),
+    }
+
+
+def _report(figures: dict[str, int]) -> None:
+    print("crash-safety figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def test_operator_survives_sigkill_during_bursts(
+    api_client: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., KillableOperator],
+) -> None:
+    figures = crash_loop(10, 9, api_client, namespace, nodes, topics, watcher, start_operator)
+    _report(figures)
+    assert figures["kills"] >= 10
+
+
+@pytest.mark.slow
+def test_operator_survives_fifty_sigkills(
+    api_client: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., KillableOperator],
+) -> None:
+    figures = crash_loop(50, 2024, api_client, namespace, nodes, topics, watcher, start_operator)
+    _report(figures)
+    assert figures["kills"] >= 50
