@@ -51,6 +51,8 @@ bench: venv control-plane
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_sidecar.py
 	$(BIN)/python bench/bench_replay.py
+	$(BIN)/python bench/bench_rebalance_latency.py
+	$(BIN)/python bench/bench_operator_scale.py --groups 1000
 
 crds:
 	cp crds/*.yaml charts/mqbalance/crds/

@@ -17,12 +17,16 @@ from prometheus_client import CollectorRegistry
 
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
+from mqbalance.operator.kopf_startup import patch_toggle_sets
 from mqbalance.operator.kubeapi import GROUP, GROUP_LABEL, MANAGED_BY, VERSION, KubeApi, load_client
 from mqbalance.operator.membership import PodInfo, pod_info
 from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
 from mqbalance.operator.settings import OperatorConfig
 
 FINALIZER = "mqbalance.io/operator"
+
+# kopf's start-up wait for the indexes wakes every waiting object on every listed one.
+patch_toggle_sets()
 
 
 @kopf.on.startup()

@@ -1,0 +1,384 @@
+"""Operator scale: a cold start publishing N groups, beside writing N ConfigMaps with the same client.
+
+    python bench/bench_operator_scale.py [--groups 1000] [--namespaces 1] [--profile]
+
+Creates N Topics (32 queues each, brokers in two of three zones), N ConsumerGroups
+(STICKY with zone affinity) and 8 Ready pods per group spread over nodes in three
+zones (the setup is timed on its own), then
+
+1. starts the operator cold and times it until every group's ConfigMap is seen
+   (through a watch) with a generation; CPU seconds and memory of the operator process
+   at that point, then its CPU and memory while idle for ``--idle`` seconds;
+2. times one group's rebalance (a pod turning unready / Ready) while the others idle,
+   beside one ConfigMap write seen by the same watch;
+3. stops the operator and writes the same N ConfigMaps (the documents it published)
+   with the operator's own client and concurrency (the sync kubernetes client, 8
+   threads) into a fresh namespace: the floor of the cold start.
+
+``--profile`` samples the operator with py-spy during the cold start and prints where
+its CPU went. The API server, etcd and the controller manager share the machine's
+cores with the operator and the bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import (
+    Arrivals,
+    Operator,
+    Watch,
+    cpu_seconds,
+    create_group,
+    create_namespace,
+    create_node,
+    create_pod,
+    create_topic,
+    generation_of,
+    kube_api,
+    local_cluster,
+    machine,
+    percentile,
+    rss_mib,
+    run_parallel,
+    set_ready,
+    table,
+)
+from mqbalance.operator.kubeapi import KubeApi
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+NODES_PER_ZONE = 2
+MANAGED = "app.kubernetes.io/managed-by=mqbalance"
+
+
+def namespace_of(index: int, groups: int, namespaces: int) -> str:
+    per = -(-groups // namespaces)
+    return f"scale-{index // per}"
+
+
+def setup(
+    api: KubeApi, groups: int, namespaces: int, pods: int, queues: int, workers: int
+) -> list[tuple[str, float, int]]:
+    """Create everything; (what, seconds, API calls) per step."""
+    steps = []
+    names = sorted({namespace_of(i, groups, namespaces) for i in range(groups)})
+    nodes = [f"node-{z}-{n}" for z in ZONES for n in range(NODES_PER_ZONE)]
+    started = time.perf_counter()
+    for ns in names:
+        create_namespace(api, ns)
+    for node in nodes:
+        create_node(api, node, node.rsplit("-", 1)[0].removeprefix("node-"))
+    steps.append(("namespaces and nodes", time.perf_counter() - started, len(names) + len(nodes)))
+    per_broker = queues // 2
+    brokers = [
+        {"name": f"broker-{z[-1]}", "readQueueNums": per_broker, "writeQueueNums": per_broker, "zone": z}
+        for z in ZONES[:2]
+    ]
+
+    def group_objects(i: int) -> None:
+        ns, name = namespace_of(i, groups, namespaces), f"g{i:05d}"
+        create_topic(api, ns, name, brokers)
+        spec = {
+            "topics": [name],
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {"name": "STICKY", "zoneAffinity": True},
+            "debounceSeconds": 0,
+        }
+        create_group(api, ns, name, spec)
+
+    seconds = run_parallel([lambda i=i: group_objects(i) for i in range(groups)], workers)  # type: ignore[misc]
+    steps.append(("Topics and ConsumerGroups", seconds, 2 * groups))
+
+    def pod(i: int, k: int) -> None:
+        ns, name = namespace_of(i, groups, namespaces), f"g{i:05d}"
+        create_pod(api, ns, f"{name}-{k}", {"app": name}, nodes[(i + k) % len(nodes)])
+        set_ready(api, ns, f"{name}-{k}", True)
+
+    calls = [lambda i=i, k=k: pod(i, k) for i in range(groups) for k in range(pods)]
+    seconds = run_parallel(calls, workers)
+    steps.append((f"pods (create + Ready), {workers} threads", seconds, 2 * len(calls)))
+    return steps
+
+
+class Published:
+    """Counts assignment ConfigMaps that carry a generation, from a watch."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.names: set[tuple[str, str]] = set()
+        self.all_at = 0.0
+        self.done = threading.Event()
+        self.data: dict[tuple[str, str], dict[str, str]] = {}
+
+    def on_event(self, at: float, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if kind != "DELETED" and generation_of(obj) >= 1 and key not in self.names:
+            self.names.add(key)
+            self.data[key] = obj.get("data") or {}
+            if len(self.names) == self.target:
+                self.all_at = at
+                self.done.set()
+
+
+def top_frames(raw: Path, count: int = 12) -> tuple[list[list[object]], list[list[object]], int]:
+    """(self-time rows, inclusive rows, samples) from py-spy's collapsed stacks."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack:
+            continue
+        samples = int(n)
+        total += samples
+        frames = [_frame(f) for f in stack.split(";")]
+        own[frames[-1]] += samples
+        for frame in set(frames):
+            inclusive[frame] += samples
+
+    def rows(counter: collections.Counter[str]) -> list[list[object]]:
+        return [[name, f"{100 * n / total:.1f}%"] for name, n in counter.most_common(count)]
+
+    skip = (
+        "<module>",
+        "run_forever",
+        "_run_once",
+        "_run (asyncio",
+        "run (",
+        "main (",
+        "_bootstrap",
+        "spawn_main",
+        "_run_module",
+        "_run_code",
+        "run_until_complete",
+    )
+    inclusive_rows = [
+        r for r in rows(collections.Counter({k: v for k, v in inclusive.items() if not k.startswith(skip)}))
+    ]
+    return rows(own), inclusive_rows, total
+
+
+def _frame(text: str) -> str:
+    # "function (path/to/module.py:123)" -> "function (module.py)"
+    name, _, where = text.partition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    parts = path.split("/")
+    short = "/".join(parts[-2:]) if len(parts) > 1 else path
+    return f"{name} ({short})"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--groups", type=int, default=1000)
+    p.add_argument("--namespaces", type=int, default=1, help="spread the groups over this many namespaces")
+    p.add_argument("--pods", type=int, default=8, help="pods per group")
+    p.add_argument("--queues", type=int, default=32, help="queues per group (two brokers)")
+    p.add_argument("--workers", type=int, default=16, help="threads creating the objects")
+    p.add_argument("--idle", type=float, default=20.0, help="seconds of steady state measured")
+    p.add_argument("--changes", type=int, default=40, help="rebalances of one group while the others idle")
+    p.add_argument("--profile", action="store_true", help="sample the operator's cold start with py-spy")
+    p.add_argument("--profile-raw", type=Path, help="also keep py-spy's collapsed stacks in this file")
+    args = p.parse_args()
+    py_spy = shutil.which("py-spy")
+    if args.profile and py_spy is None:
+        print("--profile needs py-spy on PATH (pip install py-spy)", file=sys.stderr)
+        return 2
+
+    with local_cluster() as cluster, tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        api = kube_api(cluster, pool=args.workers)
+        started = time.perf_counter()
+        steps = setup(api, args.groups, args.namespaces, args.pods, args.queues, args.workers)
+        setup_seconds = time.perf_counter() - started
+        namespaces = sorted({namespace_of(i, args.groups, args.namespaces) for i in range(args.groups)})
+
+        published = Published(args.groups)
+        arrivals = Arrivals()
+
+        def on_configmap(at: float, kind: str, obj: dict[str, Any]) -> None:
+            published.on_event(at, kind, obj)
+            name = obj["metadata"]["name"]
+            if name == "floor":
+                arrivals.add("floor", at, int(obj["data"]["n"]))
+            elif kind != "DELETED" and obj["metadata"]["namespace"] == namespaces[0]:
+                arrivals.add(name, at, generation_of(obj))
+
+        watch = Watch(cluster, "/api/v1/configmaps", on_configmap)
+        watch.start()
+        scope = ["--all-namespaces"] if len(namespaces) > 1 else []
+        operator = Operator(cluster, workdir, [] if scope else namespaces, *scope)
+        profiler: subprocess.Popen[bytes] | None = None
+        raw = workdir / "profile.txt"
+        try:
+            operator.spawn()
+            spawned = operator.started_at
+            if args.profile:
+                assert py_spy is not None
+                profiler = subprocess.Popen(
+                    [
+                        py_spy,
+                        "record",
+                        "--pid",
+                        str(operator.pid),
+                        "--format",
+                        "raw",
+                        "-o",
+                        str(raw),
+                        "-r",
+                        "50",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            healthy_at = 0.0
+            deadline = time.monotonic() + 3600
+            while not published.done.wait(0.1):
+                if not healthy_at and operator.healthy():
+                    healthy_at = time.perf_counter()
+                operator.check()
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"only {len(published.names)} of {args.groups} groups published in an hour"
+                    )
+            healthy_at = healthy_at or published.all_at
+            cold_cpu = cpu_seconds(operator.pid)
+            cold_rss = rss_mib(operator.pid)
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(timeout=120)
+            cold = published.all_at - spawned
+
+            time.sleep(5)  # status patches and Events of the start finish
+            cpu_before = cpu_seconds(operator.pid)
+            time.sleep(args.idle)
+            idle_cpu = (cpu_seconds(operator.pid) - cpu_before) / args.idle
+            idle_rss = rss_mib(operator.pid)
+
+            # One group's rebalance while the others idle, beside the write + watch floor.
+            ns = namespaces[0]
+            api.request(
+                "POST",
+                f"/api/v1/namespaces/{ns}/configmaps",
+                {"metadata": {"name": "floor"}, "data": {"n": "0"}},
+            )
+            group = "g00000"
+            cm = f"{group}-assignment"
+            rebalance, floors = [], []
+            for n in range(1, args.changes + 1):
+                time.sleep(0.15)
+                generation = arrivals.latest(cm) or 1
+                t0 = time.perf_counter()
+                set_ready(api, ns, f"{group}-0", n % 2 == 0)
+                rebalance.append(arrivals.wait(cm, generation + 1)[0] - t0)
+                body = {"metadata": {"name": "floor"}, "data": {"n": str(n)}}
+                t0 = time.perf_counter()
+                api.request("PUT", f"/api/v1/namespaces/{ns}/configmaps/floor", body)
+                floors.append(arrivals.wait("floor", n)[0] - t0)
+            operator.check()
+        finally:
+            if profiler is not None and profiler.poll() is None:
+                profiler.kill()
+            operator.stop()
+
+        # The floor: the same documents written by the same client with the operator's concurrency.
+        floor_ns = "scale-floor"
+        create_namespace(api, floor_ns)
+        floor_api = kube_api(cluster, pool=8)
+        bodies = [
+            {"metadata": {"name": name, "labels": {"bench": "floor"}}, "data": data}
+            for (_, name), data in sorted(published.data.items())
+        ]
+        path = f"/api/v1/namespaces/{floor_ns}/configmaps"
+        floor_seconds = run_parallel([lambda b=b: floor_api.request("POST", path, b) for b in bodies], 8)  # type: ignore[misc]
+        floor_api.close()
+        api.close()
+        if watch.error is not None:
+            raise SystemExit(f"the ConfigMap watch failed: {watch.error!r}")
+        log_tail = operator.tail(5)
+        profile = top_frames(raw) if args.profile and raw.exists() else None
+        if profile is not None and args.profile_raw is not None:
+            shutil.copyfile(raw, args.profile_raw)
+
+    pods = args.groups * args.pods
+    print(f"machine: {machine()}")
+    print(
+        f"{args.groups} ConsumerGroups x {args.queues} queues x {args.pods} pods ({pods} pods) in "
+        f"{len(namespaces)} namespace(s), {len(ZONES) * NODES_PER_ZONE} nodes in {len(ZONES)} zones; "
+        "API server, etcd, controller manager, operator and bench share the machine"
+    )
+    print()
+    print(
+        table(
+            ["setup step", "seconds", "API calls", "calls/s"],
+            [[w, f"{s:.1f}", c, f"{c / s:,.0f}"] for w, s, c in steps],
+        )
+    )
+    print(f"setup total {setup_seconds:.1f} s")
+    print()
+    rows = [
+        ["operator start -> /healthz", f"{healthy_at - spawned:.1f} s", ""],
+        [
+            f"operator start -> all {args.groups} groups published",
+            f"{cold:.1f} s",
+            f"{cold / floor_seconds:.2f}x",
+        ],
+        [f"floor: write {len(bodies)} ConfigMaps, same client, 8 threads", f"{floor_seconds:.1f} s", "1.00x"],
+        ["operator CPU during the cold start", f"{cold_cpu:.1f} s", f"{cold_cpu / cold:.0%} of one core"],
+        ["operator memory (RSS) after the cold start", f"{cold_rss:.0f} MiB", ""],
+        [f"operator CPU idle ({args.idle:g} s)", f"{idle_cpu * 100:.1f}% of one core", ""],
+        ["operator memory (RSS) idle", f"{idle_rss:.0f} MiB", ""],
+    ]
+    print(table(["measure", "value", "vs floor"], rows))
+    print()
+    ms = lambda v, q: f"{percentile(v, q) * 1e3:.1f}"  # noqa: E731
+    print(
+        table(
+            ["one group's rebalance, others idle", "count", "p50 ms", "p95 ms", "p99 ms", "p99 / floor p99"],
+            [
+                [
+                    "pod Ready/unready -> ConfigMap (watch)",
+                    len(rebalance),
+                    ms(rebalance, 50),
+                    ms(rebalance, 95),
+                    ms(rebalance, 99),
+                    f"{percentile(rebalance, 99) / percentile(floors, 99):.2f}x",
+                ],
+                [
+                    "floor: 1 ConfigMap write + 1 watch event",
+                    len(floors),
+                    ms(floors, 50),
+                    ms(floors, 95),
+                    ms(floors, 99),
+                    "1.00x",
+                ],
+            ],
+        )
+    )
+    if args.profile and profile is None:
+        print("\npy-spy wrote no profile (is ptrace allowed?)")
+    elif profile is not None:
+        own, inclusive, total = profile
+        print()
+        print(f"py-spy, operator cold start, {total} samples at 50 Hz (active threads only):")
+        print(table(["function (self time)", "share"], own))
+        print()
+        print(table(["function (inclusive)", "share"], inclusive))
+    if "Traceback" in log_tail:
+        print("\noperator log tail:\n" + log_tail)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""Shared helpers of the benchmarks that run against the local control plane.
+
+A bench starts a :class:`~mqbalance.testing.cluster.LocalCluster`, runs the operator
+(and sidecars) as subprocesses the way they run in pods, and watches ConfigMaps with
+a raw HTTP watch (no model classes: the observer should cost the two shared cores as
+little as possible). Tables are printed as Markdown so they paste into
+docs/benchmarks.md unchanged.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import platform
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from mqbalance.operator.kubeapi import ApiError, KubeApi, load_client
+from mqbalance.testing.cluster import LocalCluster, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+GROUP, VERSION = "mqbalance.io", "v1alpha1"
+GENERATION_ANNOTATION = "mqbalance.io/generation"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+# -- figures and tables -----------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table; numbers right-aligned."""
+    body = [[str(c) for c in row] for row in rows]
+    align = ["---:" if body and _numeric(body[0][i]) else "---" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _numeric(text: str) -> bool:
+    return bool(text) and (text[0].isdigit() or text[0] in "-.") and not text.startswith("--")
+
+
+def machine() -> str:
+    """One line naming the machine a result came from."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} CPUs ({model}), {mem_gb:.0f} GiB RAM, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+
+# -- process figures from /proc ---------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- the cluster ------------------------------------------------------------------------------
+
+
+@contextmanager
+def local_cluster() -> Iterator[LocalCluster]:
+    """A started LocalCluster with the CRDs installed and established."""
+    with LocalCluster() as cluster:
+        cluster.kubectl("apply", "-f", str(REPO / "crds"))
+        for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
+            cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        yield cluster
+
+
+def kube_api(cluster: LocalCluster, pool: int = 8) -> KubeApi:
+    """The operator's own API client (sync kubernetes client, JSON dicts), ``pool`` connections."""
+    return KubeApi(load_client(str(cluster.kubeconfig), pool_size=pool), workers=pool)
+
+
+def ensure(
+    api: KubeApi, method: str, path: str, body: Any = None, content_type: str = "application/json"
+) -> Any:
+    """One request; a 409 on create counts as done (reruns against a kept cluster)."""
+    try:
+        return api.request(method, path, body, content_type)
+    except ApiError as e:
+        if e.status == 409 and method == "POST":
+            return None
+        raise
+
+
+def create_namespace(api: KubeApi, name: str) -> None:
+    ensure(
+        api,
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+    )
+
+
+def create_node(api: KubeApi, name: str, zone: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {ZONE_LABEL: zone, "kubernetes.io/hostname": name}},
+    }
+    ensure(api, "POST", "/api/v1/nodes", body)
+
+
+def create_topic(api: KubeApi, ns: str, name: str, brokers: list[dict[str, Any]]) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Topic",
+        "metadata": {"name": name},
+        "spec": {"brokers": brokers},
+    }
+    ensure(api, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/topics", body)
+
+
+def create_group(api: KubeApi, ns: str, name: str, spec: dict[str, Any]) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    ensure(api, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/consumergroups", body)
+
+
+def pod_status(ready: bool) -> dict[str, Any]:
+    """What a kubelet writes for a running container, Ready or not."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    flag = "True" if ready else "False"
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+                {"type": "Ready", "status": flag, "lastTransitionTime": now},
+            ],
+        }
+    }
+
+
+def create_pod(api: KubeApi, ns: str, name: str, labels: dict[str, str], node: str) -> None:
+    """Create a pod already on ``node`` (as a DaemonSet would be) and no status yet: Pending."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "consumer", "image": "example/consumer"}]},
+    }
+    ensure(api, "POST", f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def set_ready(api: KubeApi, ns: str, name: str, ready: bool) -> None:
+    path = f"/api/v1/namespaces/{ns}/pods/{quote(name)}/status"
+    api.request("PATCH", path, pod_status(ready), "application/merge-patch+json")
+
+
+def delete_pod(api: KubeApi, ns: str, name: str) -> None:
+    """Delete at once (grace period 0): there is no kubelet to finish a graceful deletion."""
+    api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{quote(name)}", {"gracePeriodSeconds": 0})
+
+
+def run_parallel(calls: Sequence[Callable[[], object]], workers: int) -> float:
+    """Run ``calls`` on ``workers`` threads; seconds taken. The first error is raised."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(c) for c in calls]:
+            future.result()
+    return time.perf_counter() - started
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+def wait_for(what: str, probe: Callable[[], object], timeout: float, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+class Process:
+    """A ``mqbalance`` subprocess against the cluster, its output in a log file."""
+
+    def __init__(self, cluster: LocalCluster, log: Path, argv: list[str]) -> None:
+        self.argv = [sys.executable, "-m", "mqbalance", *argv]
+        self.env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
+        self.env.pop("KUBERNETES_SERVICE_HOST", None)
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def spawn(self) -> None:
+        self.started_at = time.perf_counter()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO
+            )
+
+    def check(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise SystemExit(f"{self.argv[3]} exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+
+class Operator(Process):
+    def __init__(self, cluster: LocalCluster, workdir: Path, namespaces: Sequence[str], *extra: str) -> None:
+        self.port = free_port()
+        argv = ["operator", "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port)]
+        argv += ["--journal", str(workdir / "journal.jsonl"), "--log-level", "WARNING", *extra]
+        for ns in namespaces:
+            argv += ["--namespace", ns]
+        super().__init__(cluster, workdir / "operator.log", argv)
+
+    def healthy(self) -> bool:
+        self.check()
+        return _http_ok(f"http://127.0.0.1:{self.port}/healthz")
+
+    def start(self, timeout: float = 120) -> None:
+        self.spawn()
+        wait_for("the operator's /healthz", self.healthy, timeout)
+
+
+class Sidecar(Process):
+    def __init__(self, cluster: LocalCluster, workdir: Path, namespace: str, pod: str, group: str) -> None:
+        self.port = free_port()
+        argv = ["sidecar", "--pod-name", pod, "--namespace", namespace, "--group", group]
+        argv += ["--port", str(self.port), "--metrics-port", "0", "--no-topics"]
+        argv += ["--kubeconfig", str(cluster.kubeconfig)]
+        super().__init__(cluster, workdir / f"sidecar-{pod}.log", argv)
+        self.env["MQBALANCE_LOG_LEVEL"] = "WARNING"
+
+    def start(self, timeout: float = 60) -> None:
+        self.spawn()
+
+        def listening() -> bool:
+            self.check()
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/queues", timeout=2).close()
+            except urllib.error.HTTPError:
+                return True  # 503 before the first assignment: it is up
+            except OSError:
+                return False
+            return True
+
+        wait_for("the sidecar to listen", listening, timeout)
+
+    def long_poll(self, after: int, timeout: float = 30) -> int:
+        """Block until the sidecar serves a generation other than ``after``; that generation."""
+        url = f"http://127.0.0.1:{self.port}/v1/queues?after={after}&timeout={timeout:g}"
+        with urllib.request.urlopen(url, timeout=timeout + 5) as r:
+            return int(json.loads(r.read())["generation"])
+
+
+class Arrivals:
+    """(time, generation) arrivals per object name, for a bench thread to wait on."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, list[tuple[float, int]]] = {}
+        self._cond = threading.Condition()
+
+    def add(self, name: str, at: float, generation: int) -> None:
+        with self._cond:
+            self._seen.setdefault(name, []).append((at, generation))
+            self._cond.notify_all()
+
+    def latest(self, name: str) -> int:
+        with self._cond:
+            seen = self._seen.get(name)
+            return seen[-1][1] if seen else 0
+
+    def wait(self, name: str, at_least: int, timeout: float = 60) -> tuple[float, int]:
+        """The first arrival of ``name`` with generation ``at_least`` or more."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for at, generation in self._seen.get(name, []):
+                    if generation >= at_least:
+                        return at, generation
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SystemExit(f"timed out waiting for {name} generation {at_least}")
+                self._cond.wait(remaining)
+
+    def count(self, predicate: Callable[[str, int], bool]) -> int:
+        with self._cond:
+            return sum(1 for name, seen in self._seen.items() if predicate(name, seen[-1][1]))
+
+
+# -- raw watches ------------------------------------------------------------------------------
+
+
+class Watch:
+    """A watch on one resource collection over its own HTTPS connection, in a daemon thread.
+
+    ``on_event(arrived_perf_counter, event_type, object)`` runs in the watch thread.
+    The watch starts from ``resourceVersion`` of a list, so only changes after
+    :meth:`start` returns are seen.
+    """
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        path: str,
+        on_event: Callable[[float, str, dict[str, Any]], None],
+        **params: str,
+    ) -> None:
+        self.cluster, self.path, self.on_event, self.params = cluster, path, on_event, params
+        host, port = cluster.server.removeprefix("https://").rsplit(":", 1)
+        self.host, self.port = host, int(port)
+        self.context = ssl.create_default_context(cafile=str(cluster.ca_file))
+        self.headers = {"Authorization": f"Bearer {cluster.token}", "Accept": "application/json"}
+        self.error: BaseException | None = None
+
+    def _get(self, params: dict[str, str], timeout: float | None) -> http.client.HTTPResponse:
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=timeout)
+        conn.request("GET", f"{self.path}?{urlencode(params)}", headers=self.headers)
+        response = conn.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"GET {self.path}: HTTP {response.status} {response.read()[:300]!r}")
+        return response
+
+    def start(self) -> None:
+        listing = json.loads(self._get({**self.params, "limit": "1"}, 30).read())
+        rv = listing["metadata"]["resourceVersion"]
+        params = {**self.params, "watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "false"}
+        params["timeoutSeconds"] = "3600"
+        response = self._get(params, None)
+        threading.Thread(target=self._run, args=(response,), daemon=True).start()
+
+    def _run(self, response: http.client.HTTPResponse) -> None:
+        try:
+            while line := response.readline():
+                at = time.perf_counter()
+                event = json.loads(line)
+                self.on_event(at, event["type"], event["object"])
+        except BaseException as e:  # reported by the bench that reads .error
+            self.error = e
+
+
+def generation_of(obj: dict[str, Any]) -> int:
+    """The generation an assignment ConfigMap carries (its annotation; 0 if none)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return int(annotations.get(GENERATION_ANNOTATION, 0))
