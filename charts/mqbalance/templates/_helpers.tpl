@@ -55,6 +55,11 @@ app.kubernetes.io/component: sidecar
 {{- default (printf "%s-operator" (include "mqbalance.fullname" .)) .Values.operator.serviceAccount.name }}
 {{- end }}
 
+{{/* The operator's leader-election Lease. */}}
+{{- define "mqbalance.operator.leaseName" -}}
+{{- default (printf "%s-operator" (include "mqbalance.fullname" .)) .Values.operator.leaderElection.leaseName }}
+{{- end }}
+
 {{- define "mqbalance.sidecar.serviceAccountName" -}}
 {{- default (printf "%s-sidecar" (include "mqbalance.fullname" .)) .Values.sidecar.serviceAccount.name }}
 {{- end }}

@@ -1,4 +1,8 @@
-"""Helpers of the deployment tests: rendering the chart, service-account kubeconfigs, can-i."""
+"""Helpers of the deployment tests: running helm, rendering the chart, service-account kubeconfigs, can-i.
+
+Test modules import these from here, not from conftest.py: with several test folders on the
+command line, the module named ``conftest`` may be another folder's.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,18 @@ from typing import Any
 import yaml
 
 from mqbalance.testing.cluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "mqbalance"
+
+
+def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
+        )
+    return result
 
 
 def documents(text: str) -> list[dict[str, Any]]:

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CHART, REPO, run_helm
-from deploy_support import can_i, service_account_kubeconfig, stop
+from deploy_support import CHART, REPO, can_i, run_helm, service_account_kubeconfig, stop
 from kubernetes import client
 
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
@@ -68,6 +67,8 @@ def test_install_creates_the_objects(cluster: LocalCluster, release: str, namesp
         ("serviceaccount", f"{release}-mqbalance-sidecar"),
         ("role", f"{release}-mqbalance-operator"),
         ("rolebinding", f"{release}-mqbalance-operator"),
+        ("role", f"{release}-mqbalance-operator-leader-election"),
+        ("rolebinding", f"{release}-mqbalance-operator-leader-election"),
         ("role", f"{release}-mqbalance-sidecar"),
         ("rolebinding", f"{release}-mqbalance-sidecar"),
         ("service", f"{release}-mqbalance-metrics"),
@@ -125,6 +126,31 @@ def test_operator_has_what_it_needs_and_no_more(cluster: LocalCluster, release: 
         assert not can_i(cluster, sa, verb, resource, ns), f"operator may {verb} {resource} in {ns}"
 
 
+def test_operator_may_hold_its_lease_and_no_other(
+    cluster: LocalCluster, release: str, namespace: str
+) -> None:
+    sa = f"system:serviceaccount:{namespace}:{release}-mqbalance-operator"
+    lease = f"leases.coordination.k8s.io/{release}-mqbalance-operator"
+    for verb in ("get", "update"):
+        assert can_i(cluster, sa, verb, lease, namespace), f"operator cannot {verb} its Lease"
+    # create cannot be narrowed to a name by RBAC: allowed for Leases of the release namespace only.
+    assert can_i(cluster, sa, "create", "leases.coordination.k8s.io", namespace)
+    other = "leases.coordination.k8s.io/someone-else"
+    forbidden = [
+        ("get", other, namespace),
+        ("update", other, namespace),
+        ("patch", lease, namespace),
+        ("delete", lease, namespace),
+        ("list", "leases.coordination.k8s.io", namespace),
+        ("watch", "leases.coordination.k8s.io", namespace),
+        ("create", "leases.coordination.k8s.io", "default"),
+        ("get", lease, "default"),
+        ("update", "leases.coordination.k8s.io/kube-controller-manager", "kube-system"),
+    ]
+    for verb, resource, ns in forbidden:
+        assert not can_i(cluster, sa, verb, resource, ns), f"operator may {verb} {resource} in {ns}"
+
+
 def test_sidecar_can_read_its_assignment_and_topics_only(
     cluster: LocalCluster, release: str, namespace: str
 ) -> None:
@@ -170,10 +196,14 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
 
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     operator_log = (tmp_path / "operator.log").open("wb")
+    # With the chart's leader-election arguments: the Lease is taken with the chart's RBAC too.
+    lease = f"{release}-mqbalance-operator"
     operator = subprocess.Popen(
         [sys.executable, "-m", "mqbalance", "operator", "--namespace", namespace,
-         "--kubeconfig", str(operator_config), "--metrics-port", str(free_port())],
-        env=env, stdout=operator_log, stderr=subprocess.STDOUT,
+         "--kubeconfig", str(operator_config), "--metrics-port", str(free_port()),
+         f"--leader-election={lease}", "--lease-duration=15"],
+        env={**env, "POD_NAMESPACE": namespace, "POD_NAME": f"{release}-operator-0"},
+        stdout=operator_log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     sidecar_port = free_port()
     sidecar_log = (tmp_path / "sidecar.log").open("wb")
@@ -218,6 +248,9 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
 
         view = wait_for("the sidecar to serve the assignment", served)
         assert view["queueCount"] == 6  # 12 queues over 2 members
+        held = client.CoordinationV1Api(api_client).read_namespaced_lease(lease, namespace)
+        assert held.spec is not None
+        assert held.spec.holder_identity == f"{release}-operator-0"
     finally:
         stop(sidecar)
         stop(operator)

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import CHART, REPO, run_helm
-from deploy_support import by_kind, documents
+from deploy_support import CHART, REPO, by_kind, documents, run_helm
 
 ALL_ON = [
     "--set", "metrics.serviceMonitor.enabled=true",
@@ -24,7 +23,14 @@ def render(helm: Path, *args: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "extra", [[], ALL_ON, ["--set", "operator.watchNamespaces={a,b}", "--set", "sidecar.groups={g}"]]
+    "extra",
+    [
+        [],
+        ALL_ON,
+        ["--set", "operator.watchNamespaces={a,b}", "--set", "sidecar.groups={g}"],
+        ["--set", "operator.replicas=2"],
+        ["--set", "operator.leaderElection.enabled=false"],
+    ],
 )
 def test_helm_lint_strict(helm: Path, extra: list[str]) -> None:
     result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
@@ -72,6 +78,69 @@ def test_operator_deployment_is_locked_down(helm: Path) -> None:
     assert pod["serviceAccountName"] == "mq-mqbalance-operator"
 
 
+def _operator_container(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, container
+
+
+def test_leader_election_is_on_by_default_with_a_lease_in_the_release_namespace(helm: Path) -> None:
+    docs = render(helm, "--set", "operator.replicas=2", "--set", "operator.watchNamespaces={team-a}")
+    deployment, container = _operator_container(docs)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    args = container["args"]
+    assert "--leader-election=mq-mqbalance-operator" in args
+    assert "--lease-duration=15" in args
+    # The kubelet expands $(POD_NAMESPACE) from the container's downward-API variable.
+    assert "--lease-namespace=$(POD_NAMESPACE)" in args
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the candidate's identity
+
+    name = "mq-mqbalance-operator-leader-election"
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == name]
+    assert role["metadata"]["namespace"] == "mq-system"  # the release namespace, not a watched one
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["mq-mqbalance-operator"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]
+    (binding,) = [b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] == name]
+    assert binding["roleRef"]["name"] == name
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mq-mqbalance-operator", "namespace": "mq-system"}
+    ]
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert all("leases" not in rule["resources"] for rule in cluster_role["rules"])
+
+
+def test_leader_election_can_be_renamed_or_turned_off(helm: Path) -> None:
+    docs = render(
+        helm,
+        "--set", "operator.leaderElection.leaseName=mq-leader",
+        "--set", "operator.leaderElection.leaseDuration=30",
+    )  # fmt: skip
+    _, container = _operator_container(docs)
+    assert "--leader-election=mq-leader" in container["args"]
+    assert "--lease-duration=30" in container["args"]
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["rules"][0]["resourceNames"] == ["mq-leader"]
+
+    docs = render(helm, "--set", "operator.leaderElection.enabled=false")
+    deployment, container = _operator_container(docs)
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [a for a in container["args"] if a.startswith(("--leader-election", "--lease-"))]
+    assert not [d for d in docs if "leader-election" in d["metadata"]["name"]]
+
+
 def test_watching_namespaces_uses_roles_there_and_no_cluster_wide_namespaced_rights(helm: Path) -> None:
     docs = render(helm, "--set", "operator.watchNamespaces={team-a,team-b}")
     roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-operator")]
@@ -100,7 +169,13 @@ def test_sidecar_role_is_read_only_and_narrowed_to_the_groups(helm: Path) -> Non
 
 def test_values_schema_rejects_bad_values(helm: Path) -> None:
     for args, complaint in [
-        (["--set", "operator.replicas=2"], "operator.replicas"),
+        (
+            ["--set", "operator.replicas=2", "--set", "operator.leaderElection.enabled=false"],
+            "operator.replicas",
+        ),
+        (["--set", "operator.replicas=-1"], "operator.replicas"),
+        (["--set", "operator.leaderElection.leaseDuration=2"], "operator.leaderElection.leaseDuration"),
+        (["--set", "operator.leaderElection.leaseName=Not_A_Name"], "operator.leaderElection.leaseName"),
         (["--set", "sidecar.faultTable=6x"], "sidecar.faultTable"),
         (["--set", "operator.replica=1"], "replica"),
     ]:

@@ -30,6 +30,12 @@ def lease(api: client.ApiClient, namespace: str) -> client.V1Lease | None:
         raise
 
 
+def lease_spec(api: client.ApiClient, namespace: str) -> client.V1LeaseSpec:
+    """The Lease's spec; an empty one while there is no Lease."""
+    found = lease(api, namespace)
+    return (found.spec if found else None) or client.V1LeaseSpec()
+
+
 def test_only_the_lease_holder_writes_and_a_standby_takes_over(
     api_client: client.ApiClient,
     namespace: str,
@@ -46,7 +52,7 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
         churn.add(group)
     args = ("--leader-election", LEASE, "--lease-duration", str(DURATION))
     first = start_operator(*args, name="first")
-    wait_for("a lease holder", lambda: (lease(api_client, namespace) or client.V1Lease()).spec)
+    wait_for("a lease holder", lambda: lease_spec(api_client, namespace).holder_identity)
     second = start_operator(*args, name="second")  # healthy as a standby
     for group in GROUPS:
         wait_converged(api_client, namespace, group, churn.members(group))
@@ -54,7 +60,7 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
         churn.step()
     for group in GROUPS:
         wait_converged(api_client, namespace, group, churn.members(group))
-    holder = lease(api_client, namespace).spec.holder_identity
+    holder = lease_spec(api_client, namespace).holder_identity
     assert first.journal_records(), "the first replica published nothing"
     assert not second.journal_records(), "the standby published"
     assert "standing by" in second.tail(200)
@@ -64,7 +70,7 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
     churn.step()
     wait_for(
         "the standby to take the lease",
-        lambda: lease(api_client, namespace).spec.holder_identity not in (None, holder),
+        lambda: lease_spec(api_client, namespace).holder_identity not in (None, holder),
         timeout=DURATION * 5,
     )
     for group in GROUPS:
@@ -75,11 +81,58 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
         churn.step()
     for group in GROUPS:
         wait_converged(api_client, namespace, group, churn.members(group))
-    spec = lease(api_client, namespace).spec
-    assert spec.lease_transitions == 1, f"the lease changed hands {spec.lease_transitions} times"
+    transitions = lease_spec(api_client, namespace).lease_transitions
+    assert transitions == 1, f"the lease changed hands {transitions} times"
     assert second.alive
     watcher.assert_clean()
     print(
         f"leader figures: takeover_seconds={takeover:.1f} lease_duration={DURATION}",
-        f"transitions={spec.lease_transitions}",
+        f"transitions={transitions}",
     )
+
+
+def test_sigterm_releases_the_lease_for_an_immediate_takeover(
+    api_client: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., KillableOperator],
+) -> None:
+    """What a rolling update relies on: the stopping pod releases the Lease, so the new one does
+    not wait for it to expire (a duration long enough that waiting would show)."""
+    duration = 60
+    rng = random.Random(6)
+    group, spec = "sticky", GROUPS["sticky"]
+    apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
+    churn = Churn(api_client, namespace, [group], nodes, rng)
+    churn.add(group)
+    args = ("--leader-election", LEASE, "--lease-duration", str(duration))
+    first = start_operator(*args, name="first")
+    wait_converged(api_client, namespace, group, churn.members(group))
+    holder = lease_spec(api_client, namespace).holder_identity
+    assert holder
+
+    assert first.proc is not None
+    stopped = time.monotonic()
+    first.proc.terminate()
+    assert first.proc.wait(timeout=30) == 0, first.tail()
+    first.proc = None
+    released = lease_spec(api_client, namespace)
+    assert released.holder_identity == holder
+    assert released.lease_duration_seconds == 1, "SIGTERM did not release the lease"
+
+    churn.step()
+    second = start_operator(*args, name="second")
+    wait_for(
+        "the second replica to take the lease",
+        lambda: lease_spec(api_client, namespace).holder_identity not in (None, holder),
+        timeout=duration / 2,
+    )
+    wait_converged(api_client, namespace, group, churn.members(group))
+    handover = time.monotonic() - stopped
+    assert "standing by" not in second.tail(200), "the second replica waited for the released lease"
+    assert second.journal_records(), "the new leader published nothing"
+    assert lease_spec(api_client, namespace).lease_transitions == 1
+    watcher.assert_clean()
+    print(f"leader figures: sigterm_handover_seconds={handover:.1f} lease_duration={duration}")

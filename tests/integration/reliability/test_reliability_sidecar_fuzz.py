@@ -1,5 +1,6 @@
-"""Fuzz the sidecar's HTTP API from its OpenAPI document with schemathesis: no 5xx, and every
-answer matches the document (status codes, content types, bodies).
+"""Fuzz the sidecar's HTTP API from its OpenAPI document with schemathesis: no 5xx, every answer
+matches the document (status codes, content types, bodies), and every request the document calls
+valid is accepted (positive_data_acceptance: no 400 for schema-valid data).
 
 The sidecar runs as a process with a file-based assignment (no API server needed); the same
 handlers serve when it watches the API.
@@ -7,10 +8,12 @@ handlers serve when it watches the API.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,14 +29,21 @@ CHECKS = ",".join(
         "content_type_conformance",
         "response_schema_conformance",
         "response_headers_conformance",
+        "positive_data_acceptance",
     ]
 )
+MAX_WAIT = 30
+"""The fuzzed sidecar's --max-wait. Not below the default long-poll timeout (30 s), which the
+sidecar refuses with 400 when it exceeds --max-wait although the client gave no timeout."""
+GENERATION = 982_451_653
+"""Far from the small integers fuzzers favour, so a long-poll's ``after`` rarely matches it and
+waits; one that does returns within MAX_WAIT."""
 
 
 def document() -> AssignmentDocument:
     return AssignmentDocument(
         group="orders-consumer",
-        generation=3,
+        generation=GENERATION,
         strategy="STICKY",
         message_model="CLUSTERING",
         computed_at=0.0,
@@ -62,19 +72,21 @@ def fuzz(tmp_path: Path, max_examples: int) -> int:
         "--group=orders-consumer",
         f"--assignment-file=orders-consumer={assignment}",
         "--no-topics",
-        "--max-wait=1",
+        f"--max-wait={MAX_WAIT}",
     )
     side.start()
     try:
+        schema = served_schema(side.port, tmp_path / "openapi.json")
         result = subprocess.run(
             [
                 str(st),
                 "run",
-                f"http://127.0.0.1:{side.port}/openapi.json",
+                str(schema),
+                f"--url=http://127.0.0.1:{side.port}",
                 f"--checks={CHECKS}",
                 f"--max-examples={max_examples}",
                 "--seed=1",
-                "--request-timeout=5",
+                f"--request-timeout={MAX_WAIT + 5}",
             ],
             capture_output=True,
             text=True,
@@ -96,6 +108,28 @@ def fuzz(tmp_path: Path, max_examples: int) -> int:
     assert not unexpected, unexpected[0][:2000]
     assert " ERROR mqbalance" not in log, log
     return int(found.group(1))
+
+
+def served_schema(port: int, path: Path) -> Path:
+    """The document the sidecar serves, with the long-poll timeout bounded by this sidecar's --max-wait.
+
+    The document states the default bound (300 s); a sidecar started with a smaller --max-wait
+    refuses longer timeouts with 400, which positive_data_acceptance would count as a failure.
+    """
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=5) as resp:
+        doc = json.load(resp)
+    bounded = 0
+    for item in doc["paths"].values():
+        for op in item.values():
+            for param in op.get("parameters", []):
+                timeout = param["schema"].get("properties", {}).get("timeout")
+                if timeout is not None:
+                    assert timeout["maximum"] == 300, timeout
+                    timeout["maximum"] = MAX_WAIT
+                    bounded += 1
+    assert bounded == 2, "expected the long-poll timeout of /v1/queues and /v1/assignment"
+    path.write_text(json.dumps(doc))
+    return path
 
 
 def test_sidecar_api_survives_fuzzing(tmp_path: Path) -> None:
