@@ -131,20 +131,23 @@ def _long_poll(request: web.Request) -> tuple[int, float] | None:
     if after < -1:
         raise ApiError(400, f"after must be -1 or more, got {after}")
     max_wait = request.app[CONFIG].max_wait
-    timeout = DEFAULT_WAIT if timeout_text is None else _number(timeout_text)
+    if timeout_text is None:
+        return after, min(DEFAULT_WAIT, max_wait)
+    timeout = _number(timeout_text)
     if timeout is None or not 0 <= timeout <= max_wait:
         raise ApiError(
             400, f"timeout must be a number of seconds from 0 to {max_wait:g}, got {timeout_text!r}"
         )
-    return after, min(timeout, max_wait)
+    return after, timeout
 
 
-def _number(text: str) -> float | None:
+def _number(value: str | float) -> float | None:
+    """``value`` as a finite float, or None (JSON integers may be too large for a float)."""
     try:
-        value = float(text)
-    except ValueError:
+        number = float(value)
+    except (ValueError, OverflowError):
         return None
-    return value if math.isfinite(value) else None
+    return number if math.isfinite(number) else None
 
 
 async def _served(request: web.Request) -> Served:
@@ -270,11 +273,14 @@ async def report_send(request: web.Request) -> web.Response:
         {"broker": (str,), "latencyMs": (int, float), "failed": (bool,), "reachable": (bool,)},
     )
     broker = body.get("broker")
-    latency = body.get("latencyMs")
+    raw_latency = body.get("latencyMs")
     if not broker:
         raise ApiError(400, "field 'broker' is required: the broker name the send went to")
-    if latency is None or not math.isfinite(latency) or latency < 0:
-        raise ApiError(400, f"field 'latencyMs' is required and must be a number >= 0, got {latency!r}")
+    latency = None if raw_latency is None else _number(raw_latency)
+    if latency is None or latency < 0:
+        raise ApiError(
+            400, f"field 'latencyMs' is required and must be a finite number >= 0, got {raw_latency!r}"
+        )
     failed = bool(body.get("failed") or False)
     reachable = body.get("reachable")
     state = request.app[STATE]

@@ -139,6 +139,15 @@ async def test_long_poll_times_out_with_the_unchanged_assignment(make_client: Fa
     assert (await resp.json())["generation"] == 5
 
 
+async def test_long_poll_without_timeout_waits_at_most_max_wait(make_client: Factory) -> None:
+    # The default wait (30 s) is capped by a smaller --max-wait instead of being refused.
+    client = await make_client(max_wait=0.05)
+    state_of(client).publish("orders", document(5))
+    resp = await client.get("/v1/queues?after=5")
+    assert resp.status == 200
+    assert (await resp.json())["generation"] == 5
+
+
 async def test_republishing_the_same_generation_does_not_wake_a_long_poll(make_client: Factory) -> None:
     client = await make_client()
     state = state_of(client)
@@ -305,6 +314,7 @@ async def test_select_on_unknown_topic_is_404_and_without_writable_queue_409(mak
         ({"broker": "broker-a"}, "latencyMs"),
         ({"broker": "broker-a", "latencyMs": -1}, "latencyMs"),
         ({"broker": "broker-a", "latencyMs": True}, "latencyMs"),
+        ({"broker": "broker-a", "latencyMs": 10**400}, "latencyMs"),  # beyond any float
         ({"broker": "broker-a", "latencyMs": 5, "failed": "no"}, "failed"),
         ({"broker": "broker-a", "latencyMs": 5, "topic": "x"}, "topic"),
     ],
