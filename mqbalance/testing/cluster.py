@@ -1,0 +1,790 @@
+"""A real local Kubernetes control plane: etcd + kube-apiserver + kube-controller-manager.
+
+The binaries are built once by ``hack/build-control-plane.sh`` into a per-user cache (see
+docs/local-cluster.md). Everything listens on 127.0.0.1 only, on free ports, so several
+clusters can run side by side. There is no kubelet and no scheduler: tests act those out
+with :mod:`mqbalance.testing.kubelet`.
+
+Only the standard library is imported here, so importing this module is cheap.
+
+Command line::
+
+    python -m mqbalance.testing.cluster up [--dir DIR]   # start, print KUBECONFIG, wait for Ctrl-C
+    python -m mqbalance.testing.cluster build            # build or reuse the binaries
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+K8S_VERSION = "v1.20.2"
+HELM_VERSION = "v3.17.2"
+ADMIN_USER = "mqbalance-admin"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+# Controllers that need kubelets, a cloud provider or a CA we do not run. Garbage collection,
+# namespace deletion and the service-account controllers stay on.
+DISABLED_CONTROLLERS = (
+    "nodelifecycle",
+    "cloud-node-lifecycle",
+    "attachdetach",
+    "csrsigning",
+    "csrapproving",
+    "csrcleaner",
+    "bootstrapsigner",
+    "tokencleaner",
+    "nodeipam",
+    "route",
+    "service",
+    "persistentvolume-expander",
+    "horizontalpodautoscaling",
+    "ttl",
+)
+
+# ServiceAccount admission would reject pods until the namespace's "default" account exists
+# (a race in every fresh test namespace) and mounts tokens no kubelet will use.
+# TaintNodesByCondition would taint every new Node not-ready forever without a kubelet.
+DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
+
+_BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "build-control-plane.sh"
+_REQUIRED = ("kube-apiserver", "kube-controller-manager", "kubectl")
+# On SIGTERM kube-apiserver closes its port at once but then waits up to 60 s for open
+# watches to end; nothing here needs that drain.
+_APISERVER_GRACE = 2.0
+
+
+class ClusterError(RuntimeError):
+    """The local control plane could not be built, started or reached."""
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A kubectl call failed; unlike its base class the message includes kubectl's stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstderr: {(self.stderr or '').strip()}"
+
+
+def cache_dir() -> Path:
+    """The per-user cache the build script installs into (same rule as the script)."""
+    explicit = os.environ.get("MQBALANCE_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "mqbalance"
+
+
+def default_bin_dir() -> Path:
+    return cache_dir() / f"k8s-{K8S_VERSION}" / "bin"
+
+
+def binaries_present(bin_dir: Path | None = None) -> bool:
+    directory = bin_dir or default_bin_dir()
+    return (
+        all(os.access(directory / name, os.X_OK) for name in _REQUIRED) and _find_etcd(directory) is not None
+    )
+
+
+def ensure_binaries(bin_dir: Path | None = None) -> Path:
+    """Return the bin dir, running the build script first when binaries are missing."""
+    directory = bin_dir or default_bin_dir()
+    if binaries_present(directory):
+        return directory
+    if bin_dir is not None and bin_dir != default_bin_dir():
+        raise ClusterError(f"control-plane binaries missing in {bin_dir}")
+    if not _BUILD_SCRIPT.is_file():
+        raise ClusterError(
+            f"control-plane binaries missing in {directory} and no build script at {_BUILD_SCRIPT}"
+        )
+    print(f"building the local control plane with {_BUILD_SCRIPT} (once; cached)", file=sys.stderr)
+    result = subprocess.run(["bash", str(_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"{_BUILD_SCRIPT} failed with exit code {result.returncode}")
+    if not binaries_present(directory):
+        raise ClusterError(f"{_BUILD_SCRIPT} finished but binaries are still missing in {directory}")
+    return directory
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _find_etcd(bin_dir: Path) -> Path | None:
+    candidate = bin_dir / "etcd"
+    if os.access(candidate, os.X_OK):
+        return candidate
+    found = shutil.which("etcd")
+    return Path(found) if found else None
+
+
+def _tmpfs_root() -> str | None:
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+_OWNER_FILE = "owner.pid"
+_STALE_PREFIXES = ("mqbalance-cluster-", "mqbalance-etcd-")
+
+
+def _owned_tempdir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=_tmpfs_root()))
+    (path / _OWNER_FILE).write_text(str(os.getpid()))
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_dirs() -> None:
+    # A process killed outright (SIGKILL) cannot remove its temporary dirs; on tmpfs they
+    # hold memory, so the next cluster removes those whose owner is gone.
+    root = Path(_tmpfs_root() or tempfile.gettempdir())
+    for path in root.iterdir():
+        if not path.name.startswith(_STALE_PREFIXES) or not path.is_dir():
+            continue
+        try:
+            owner = int((path / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _pid_alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: if the Python process is killed outright (SIGKILL, CI
+    # timeout) the kernel sends SIGTERM to the component, so nothing is left behind. Linux
+    # ties this to the thread that started the child, which is why start() is documented as
+    # belonging to a long-lived thread.
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class _Component:
+    """One child process in its own process group, logging to a file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            log.write(f"\n=== starting {self.name}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group; Ctrl-C in a terminal does not reach it
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace`` seconds (at once when 0)."""
+        proc = self.proc
+        if proc is None:
+            return
+        self.proc = None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+            try:
+                proc.wait(grace if grace > 0 else None)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # The leader is gone; make sure nothing else in its group lingers.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+_live: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+_handlers_installed = False
+_handlers_lock = threading.Lock()
+
+
+def _stop_all() -> None:
+    for cluster in list(_live):
+        with contextlib.suppress(Exception):
+            cluster.stop()
+
+
+def _stop_all_and_die(signum: int, frame: FrameType | None) -> None:
+    # Stop the clusters, then die of the same signal: an exception raised here could be
+    # swallowed by whatever is running (a test runner records it as a test failure).
+    _stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_cleanup() -> None:
+    global _handlers_installed
+    with _handlers_lock:
+        if _handlers_installed:
+            return
+        _handlers_installed = True
+        atexit.register(_stop_all)
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(signum) is signal.SIG_DFL:
+                    signal.signal(signum, _stop_all_and_die)
+
+
+class LocalCluster:
+    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. Everything started is
+    stopped by process group on :meth:`stop`, at interpreter exit, on SIGTERM/SIGHUP and on
+    Ctrl-C. Start it from a thread that outlives the cluster (normally the main thread): on
+    Linux the components are told to exit when the starting thread dies.
+    """
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str] | None = None,
+        *,
+        bin_dir: str | os.PathLike[str] | None = None,
+        ready_timeout: float = 120.0,
+        build: bool = True,
+    ) -> None:
+        """Create (not start) a cluster.
+
+        ``workdir`` holds certificates, the kubeconfig and component logs; a temporary one
+        (removed on stop) is used when omitted. etcd's data always lives in its own tmpfs
+        directory. ``build`` lets :meth:`start` run the build script when binaries are missing.
+        """
+        self._own_workdir = workdir is None
+        self._workdir: Path | None = Path(workdir) if workdir is not None else None
+        self._bin_dir_arg = Path(bin_dir) if bin_dir is not None else None
+        self._bin_dir: Path | None = None
+        self.ready_timeout = ready_timeout
+        self._build = build
+        self._token = secrets.token_hex(24)
+        self._etcd_dir: Path | None = None
+        self._etcd_client_port = 0
+        self._etcd_peer_port = 0
+        self._apiserver_port = 0
+        self._etcd: _Component | None = None
+        self._apiserver: _Component | None = None
+        self._controller_manager: _Component | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._lock = threading.RLock()
+
+    # -- public properties -------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise ClusterError("cluster not started")
+        return self._workdir
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Path of the admin kubeconfig (token auth, CA pinned)."""
+        return self.workdir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        """The API server URL, e.g. ``https://127.0.0.1:41234``."""
+        if not self._apiserver_port:
+            raise ClusterError("cluster not started")
+        return f"https://127.0.0.1:{self._apiserver_port}"
+
+    @property
+    def token(self) -> str:
+        """Bearer token of a user in the system:masters group."""
+        return self._token
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "pki" / "ca.crt"
+
+    @property
+    def bin_dir(self) -> Path:
+        if self._bin_dir is not None:
+            return self._bin_dir
+        return self._bin_dir_arg or default_bin_dir()
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self._etcd_client_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The current environment with KUBECONFIG pointing at this cluster."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Process ids of the running components, by name."""
+        return {
+            comp.name: comp.proc.pid
+            for comp in (self._etcd, self._apiserver, self._controller_manager)
+            if comp is not None and comp.proc is not None
+        }
+
+    @property
+    def running(self) -> bool:
+        return all(
+            c is not None and c.running() for c in (self._etcd, self._apiserver, self._controller_manager)
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def ensure_binaries(self) -> Path:
+        if self._build:
+            self._bin_dir = ensure_binaries(self._bin_dir_arg)
+        elif binaries_present(self.bin_dir):
+            self._bin_dir = self.bin_dir
+        else:
+            raise ClusterError(
+                f"control-plane binaries missing in {self.bin_dir}; run hack/build-control-plane.sh"
+            )
+        return self._bin_dir
+
+    def start(self) -> Self:
+        with self._lock:
+            if self._apiserver is not None:
+                return self
+            self.ensure_binaries()
+            _install_cleanup()
+            _live.add(self)
+            try:
+                self._prepare_dirs()
+                self._write_pki()
+                self._write_auth()
+                # A port picked free can be taken by someone else before the component binds
+                # it (other clusters start concurrently): retry with fresh ports.
+                for attempt in range(3):
+                    self._pick_ports()
+                    self._write_kubeconfigs()
+                    try:
+                        self._start_etcd()
+                        self._start_apiserver()
+                        break
+                    except ClusterError as exc:
+                        self._stop_components()
+                        if self._etcd_dir is not None:
+                            shutil.rmtree(self._etcd_dir / "data", ignore_errors=True)
+                        if attempt == 2 or "address already in use" not in str(exc):
+                            raise
+                self._start_controller_manager()
+            except BaseException:
+                self.stop()
+                raise
+            return self
+
+    def stop(self) -> None:
+        """Stop everything this instance started; safe to call more than once."""
+        with self._lock:
+            self._stop_components()
+            _live.discard(self)
+            if self._etcd_dir is not None:
+                shutil.rmtree(self._etcd_dir, ignore_errors=True)
+                self._etcd_dir = None
+            if self._own_workdir and self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+
+    def restart_apiserver(self, *, kill: bool = False) -> None:
+        """Stop the API server and start it again on the same port (clients see an outage).
+
+        ``kill`` sends SIGKILL (a crash) instead of a graceful SIGTERM.
+        """
+        with self._lock:
+            if self._apiserver is None:
+                raise ClusterError("cluster not started")
+            self._apiserver.stop(0 if kill else _APISERVER_GRACE)
+            self._apiserver.start()
+            self._wait_apiserver_ready(self._apiserver)
+
+    def restart_etcd(self, *, kill: bool = False) -> None:
+        """Stop etcd and start it again on the same ports and data (the API server reconnects).
+
+        ``kill`` sends SIGKILL instead of SIGTERM; etcd data survives either way.
+        """
+        with self._lock:
+            if self._etcd is None or self._apiserver is None:
+                raise ClusterError("cluster not started")
+            self._etcd.stop(0 if kill else 10.0)
+            self._etcd.start()
+            self._wait_etcd_ready(self._etcd)
+            self._wait_apiserver_ready(self._apiserver)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- helpers for callers -----------------------------------------------------------------
+
+    def kubectl(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the matching kubectl (v1.20) against this cluster; output is captured as text."""
+        argv = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
+        return result
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+        """A raw authenticated API call; returns (status, decoded JSON or text)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self._token}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context()) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        text = raw.decode(errors="replace")
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def logs(self, lines: int = 25) -> str:
+        """The tail of every component's log, for error messages."""
+        parts = []
+        for comp in (self._etcd, self._apiserver, self._controller_manager):
+            if comp is not None:
+                parts.append(f"--- {comp.name} ({comp.log_path}) ---\n{comp.tail(lines)}")
+        return "\n".join(parts)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _prepare_dirs(self) -> None:
+        _sweep_stale_dirs()
+        if self._workdir is None:
+            self._workdir = _owned_tempdir("mqbalance-cluster-")
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        (self._workdir / "logs").mkdir(exist_ok=True)
+        (self._workdir / "pki").mkdir(exist_ok=True)
+        self._etcd_dir = _owned_tempdir("mqbalance-etcd-")
+
+    def _openssl(self, *args: str) -> None:
+        result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ClusterError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+    def _write_pki(self) -> None:
+        if shutil.which("openssl") is None:
+            raise ClusterError("the openssl command is needed to make the cluster's keys")
+        pki = self.workdir / "pki"
+        days = "3650"
+        # P-256 keys: generated in milliseconds where RSA takes a noticeable part of start-up.
+        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+        self._openssl(
+            "req", "-x509", *ec, "-nodes", "-days", days,
+            "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
+            "-subj", "/CN=mqbalance-local-ca",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+        ext = pki / "serving.ext"
+        ext.write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            "subjectKeyIdentifier=hash\n"
+            "authorityKeyIdentifier=keyid,issuer\n"
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc,IP:10.96.0.1\n"
+        )
+        self._openssl(
+            "req", *ec, "-nodes",
+            "-keyout", str(pki / "apiserver.key"), "-out", str(pki / "apiserver.csr"),
+            "-subj", "/CN=kube-apiserver",
+        )  # fmt: skip
+        self._openssl(
+            "x509", "-req", "-in", str(pki / "apiserver.csr"), "-days", days,
+            "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"), "-CAcreateserial",
+            "-extfile", str(ext), "-out", str(pki / "apiserver.crt"),
+        )  # fmt: skip
+        self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
+        self._openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+
+    def _write_auth(self) -> None:
+        tokens = self.workdir / "pki" / "tokens.csv"
+        tokens.write_text(f'{self._token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        tokens.chmod(0o600)
+
+    def _pick_ports(self) -> None:
+        self._etcd_client_port = free_port()
+        self._etcd_peer_port = free_port()
+        self._apiserver_port = free_port()
+        self._ssl = None
+
+    def _kubeconfig_document(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "mqbalance-local",
+                    # Embedded, so a copied kubeconfig keeps working.
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": base64.b64encode(self.ca_file.read_bytes()).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": ADMIN_USER, "user": {"token": self._token}}],
+            "contexts": [
+                {
+                    "name": "mqbalance-local",
+                    "context": {"cluster": "mqbalance-local", "user": ADMIN_USER, "namespace": "default"},
+                }
+            ],
+            "current-context": "mqbalance-local",
+        }
+
+    def _write_kubeconfigs(self) -> None:
+        # JSON is valid YAML, and every client (kubectl, the Python client, helm) reads it.
+        self.kubeconfig.write_text(json.dumps(self._kubeconfig_document(), indent=2) + "\n")
+        self.kubeconfig.chmod(0o600)
+
+    def _start_etcd(self) -> None:
+        etcd = _find_etcd(self.bin_dir)
+        if etcd is None or self._etcd_dir is None:
+            raise ClusterError("etcd not found (Debian package etcd-server)")
+        client = f"http://127.0.0.1:{self._etcd_client_port}"
+        peer = f"http://127.0.0.1:{self._etcd_peer_port}"
+        argv = [
+            str(etcd),
+            "--name=default",
+            f"--data-dir={self._etcd_dir / 'data'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--unsafe-no-fsync",  # tmpfs and throwaway data: durability buys nothing
+            "--logger=zap",
+            "--log-level=warn",
+            "--quota-backend-bytes=2147483648",
+        ]
+        self._etcd = _Component("etcd", argv, self.workdir / "logs" / "etcd.log")
+        self._etcd.start()
+        self._wait_etcd_ready(self._etcd)
+
+    def _start_apiserver(self) -> None:
+        pki = self.workdir / "pki"
+        argv = [
+            str(self.bin_dir / "kube-apiserver"),
+            "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self._apiserver_port}",
+            "--insecure-port=0",
+            f"--etcd-servers={self.etcd_url}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The "kubernetes" Endpoints may not hold a loopback address: the reconciler would
+            # log a validation error every 10 s.
+            "--endpoint-reconciler-type=none",
+            f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
+            "--profiling=false",
+            "--v=1",
+        ]
+        self._apiserver = _Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
+        self._apiserver.start()
+        self._wait_apiserver_ready(self._apiserver)
+
+    def _start_controller_manager(self) -> None:
+        pki = self.workdir / "pki"
+        controllers = ",".join(["*", *(f"-{name}" for name in DISABLED_CONTROLLERS)])
+        argv = [
+            str(self.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1",
+            "--port=0",  # no insecure serving port
+            "--secure-port=0",  # no fixed 10257 port: several clusters run side by side
+            "--leader-elect=false",
+            f"--controllers={controllers}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+            "--v=1",
+        ]
+        self._controller_manager = _Component(
+            "kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log"
+        )
+        self._controller_manager.start()
+        # The default service account appearing proves the controllers are running.
+        self._wait(
+            "kube-controller-manager (default service account)",
+            self._controller_manager,
+            lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+        )
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
+        return self._ssl
+
+    def _wait_etcd_ready(self, comp: _Component) -> None:
+        def healthy() -> bool:
+            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
+                return bool(json.loads(resp.read()).get("health") in ("true", True))
+
+        self._wait("etcd", comp, healthy)
+
+    def _wait_apiserver_ready(self, comp: _Component) -> None:
+        self._wait(
+            "kube-apiserver /readyz", comp, lambda: self.request("GET", "/readyz", timeout=5)[0] == 200
+        )
+
+    def _wait(self, what: str, comp: _Component, probe: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        last_error = ""
+        while time.monotonic() < deadline:
+            if not comp.running():
+                raise ClusterError(f"{comp.name} exited while waiting for {what}:\n{self.logs()}")
+            try:
+                if probe():
+                    return
+            except (OSError, ValueError) as exc:
+                last_error = str(exc)
+            time.sleep(0.1)
+        raise ClusterError(
+            f"timed out after {self.ready_timeout:.0f} s waiting for {what} "
+            f"(last error: {last_error or 'none'}):\n{self.logs()}"
+        )
+
+    def _stop_components(self) -> None:
+        # Reverse start order: clients first, storage last.
+        for attr, grace in (("_controller_manager", 5.0), ("_apiserver", _APISERVER_GRACE), ("_etcd", 10.0)):
+            comp: _Component | None = getattr(self, attr)
+            if comp is not None:
+                comp.stop(grace)
+                setattr(self, attr, None)
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    # Ctrl-C is how this command is stopped, even when started with SIGINT ignored (a
+    # background job of a non-interactive shell).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    cluster = LocalCluster(args.dir, bin_dir=args.bin_dir)
+    started = time.monotonic()
+    with cluster:
+        elapsed = time.monotonic() - started
+        print(f"# control plane {K8S_VERSION} ready in {elapsed:.1f} s at {cluster.server}", file=sys.stderr)
+        print(
+            f"# logs: {cluster.workdir / 'logs'}; kubectl {K8S_VERSION}: {cluster.bin_dir / 'kubectl'}",
+            file=sys.stderr,
+        )
+        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        print("# press Ctrl-C to stop", file=sys.stderr, flush=True)
+        try:
+            while cluster.running:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            print("\n# stopping", file=sys.stderr)
+            return 0
+        print(f"a component exited unexpectedly:\n{cluster.logs()}", file=sys.stderr)
+        return 1
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    print(ensure_binaries(args.bin_dir))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mqbalance.testing.cluster", description="A real local Kubernetes control plane."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a cluster, print `export KUBECONFIG=...`, wait for Ctrl-C")
+    up.add_argument(
+        "--dir", type=Path, default=None, help="keep kubeconfig, keys and logs here (kept on exit)"
+    )
+    up.add_argument("--bin-dir", type=Path, default=None, help="binaries (default: the build cache)")
+    up.set_defaults(func=_cmd_up)
+    build = sub.add_parser("build", help="build or reuse the control-plane binaries; print their directory")
+    build.add_argument("--bin-dir", type=Path, default=None)
+    build.set_defaults(func=_cmd_build)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
