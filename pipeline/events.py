@@ -1,0 +1,157 @@
+"""Replay events: one membership/topology state of one consumer group.
+
+Journal records and synthetic churn both become :class:`Event`. An event keeps
+only what an allocation needs (members and zones, readable queues, broker zones,
+message model) plus the strategy the group ran, so Spark can ship it as one
+compact JSON string per row; the replay reads it back with :meth:`Event.decode`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqbalance.document import DocumentError
+from mqbalance.journal import KIND, JournalRecord, strategy_from_json, strategy_to_json
+from mqbalance.model import MessageQueue, StrategyName, StrategySpec
+
+QueueIds = Mapping[str, Mapping[str, list[int]]]
+"""topic -> broker -> readable queue ids."""
+
+DEFAULT_STRATEGY: dict[str, Any] = {"name": StrategyName.AVG.value}
+"""RocketMQ's default strategy: the "current" one of synthetic groups."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One state of a group, in the order ``(time, seq)`` within the group."""
+
+    namespace: str
+    group: str
+    seq: int
+    time: float
+    reason: str = ""
+    members: Mapping[str, str] = field(default_factory=dict)
+    """Member -> zone."""
+    broker_zones: Mapping[str, str] = field(default_factory=dict)
+    queues: QueueIds = field(default_factory=dict)
+    message_model: str = "CLUSTERING"
+    strategy: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_STRATEGY))
+    """The strategy the group ran, in the journal's JSON form."""
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted(self.queues)
+
+    def queues_of(self, topic: str) -> list[MessageQueue]:
+        return [MessageQueue(topic, broker, i) for broker, ids in self.queues[topic].items() for i in ids]
+
+    def payload(self) -> str:
+        """The event's state as compact JSON (the ``event`` column of the Spark rows)."""
+        return json.dumps(
+            {
+                "reason": self.reason,
+                "members": self.members,
+                "brokerZones": self.broker_zones,
+                "queues": self.queues,
+                "messageModel": self.message_model,
+                "strategy": self.strategy,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    def row(self) -> tuple[str, str, int, float, str]:
+        """(namespace, group, seq, time, payload): the columns of an events DataFrame."""
+        return (self.namespace, self.group, self.seq, self.time, self.payload())
+
+    @classmethod
+    def from_row(cls, namespace: str, group: str, seq: int, time: float, payload: str) -> Event:
+        data = json.loads(payload)
+        return cls(
+            namespace=namespace,
+            group=group,
+            seq=int(seq),
+            time=float(time),
+            reason=data.get("reason", ""),
+            members=data["members"],
+            broker_zones=data.get("brokerZones", {}),
+            queues=data["queues"],
+            message_model=data.get("messageModel", "CLUSTERING"),
+            strategy=data.get("strategy", DEFAULT_STRATEGY),
+        )
+
+
+EVENT_COLUMNS = ("namespace", "group", "seq", "time", "event")
+EVENT_SCHEMA = "namespace string, group string, seq long, time double, event string"
+
+
+def event_from_record(record: JournalRecord) -> Event:
+    queues: dict[str, dict[str, list[int]]] = {}
+    for topic, mqs in sorted(record.queues.items()):
+        by_broker: dict[str, list[int]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq.queue_id)
+        queues[topic] = by_broker
+    return Event(
+        namespace=record.namespace,
+        group=record.group,
+        seq=record.generation,
+        time=record.time,
+        reason=record.reason,
+        members=dict(record.members),
+        broker_zones=dict(record.broker_zones),
+        queues=queues,
+        message_model=record.message_model,
+        strategy=strategy_to_json(record.strategy),
+    )
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    """What one journal file line holds: an event, another log line, or a broken record."""
+
+    event: Event | None = None
+    error: str | None = None
+    """Set for a line marked as a journal record that cannot be read."""
+
+    @property
+    def skipped(self) -> bool:
+        return self.event is None and self.error is None
+
+
+def parse_line(line: str) -> ParsedLine:
+    """Read one line of a journal file.
+
+    Journal files are often whole operator logs: lines that do not carry the
+    journal ``kind`` are other log output and are skipped. A record may sit after
+    a log prefix (``2025-... INFO {...}``), so parsing starts at the first ``{``.
+    """
+    if KIND not in line:
+        return ParsedLine()
+    line = line.rstrip("\r\n")
+    start = line.find("{")
+    if start < 0:
+        return ParsedLine()
+    try:
+        data = json.loads(line[start:])
+    except json.JSONDecodeError as e:
+        return ParsedLine(error=f"journal line is not JSON: {e}")
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return ParsedLine()
+    try:
+        return ParsedLine(event=event_from_record(JournalRecord.from_json(data)))
+    except DocumentError as e:
+        return ParsedLine(error=str(e))
+
+
+def sort_events(events: Iterable[Event]) -> list[Event]:
+    """Events grouped by (namespace, group), each group in time order."""
+    return sorted(events, key=lambda e: (e.namespace, e.group, e.time, e.seq))
+
+
+def strategy_spec(strategy: Mapping[str, Any]) -> StrategySpec:
+    """The journal's strategy JSON as a spec."""
+    return strategy_from_json(dict(strategy))
