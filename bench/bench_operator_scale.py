@@ -8,15 +8,20 @@ zones (the setup is timed on its own), then
 
 1. starts the operator cold and times it until every group's ConfigMap is seen
    (through a watch) with a generation; CPU seconds and memory of the operator process
-   at that point, then its CPU and memory while idle for ``--idle`` seconds;
+   at that point; then waits until the operator is quiet (the start's status patches,
+   Events and their echoes done) and measures its CPU and memory while idle for
+   ``--idle`` seconds;
 2. times one group's rebalance (a pod turning unready / Ready) while the others idle,
    beside one ConfigMap write seen by the same watch;
-3. stops the operator and writes the same N ConfigMaps (the documents it published)
+3. restarts the operator and times it until every group has reconciled once (from its
+   /metrics): the restart of an operator whose groups are all published, with nothing
+   to write;
+4. stops the operator and writes the same N ConfigMaps (the documents it published)
    with the operator's own client and concurrency (the sync kubernetes client, 8
    threads) into a fresh namespace: the floor of the cold start.
 
-``--profile`` samples the operator with py-spy during the cold start and prints where
-its CPU went. The API server, etcd and the controller manager share the machine's
+``--profile`` samples the operator with py-spy during the cold start and the restart
+and prints where its CPU went. The API server, etcd and the controller manager share the machine's
 cores with the operator and the bench.
 """
 
@@ -151,23 +156,52 @@ def top_frames(raw: Path, count: int = 12) -> tuple[list[list[object]], list[lis
     def rows(counter: collections.Counter[str]) -> list[list[object]]:
         return [[name, f"{100 * n / total:.1f}%"] for name, n in counter.most_common(count)]
 
-    skip = (
+    # The event loop's and threads' own frames are in every sample: they say nothing.
+    skip = {
         "<module>",
         "run_forever",
         "_run_once",
-        "_run (asyncio",
-        "run (",
-        "main (",
+        "_run",
+        "run",
+        "main",
         "_bootstrap",
+        "_bootstrap_inner",
         "spawn_main",
         "_run_module",
         "_run_code",
         "run_until_complete",
+        "_worker",
+    }
+    inclusive_rows = rows(
+        collections.Counter(
+            {k: v for k, v in inclusive.items() if k.split(" (")[0].rsplit(".", 1)[-1] not in skip}
+        )
     )
-    inclusive_rows = [
-        r for r in rows(collections.Counter({k: v for k, v in inclusive.items() if not k.startswith(skip)}))
-    ]
     return rows(own), inclusive_rows, total
+
+
+def settle(pid: int, quiet: float = 0.05, limit: float = 600.0) -> float:
+    """When the process first spent under ``quiet`` of a core for two seconds running (perf_counter)."""
+    deadline = time.monotonic() + limit
+    calm = 0
+    before = cpu_seconds(pid)
+    while calm < 2 and time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        calm = calm + 1 if now - before < quiet else 0
+        before = now
+    return time.perf_counter() - 2.0
+
+
+def start_profiler(py_spy: str, pid: int, raw: Path) -> subprocess.Popen[bytes]:
+    argv = [py_spy, "record", "--pid", str(pid), "--format", "raw", "-o", str(raw), "-r", "50"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=120)
 
 
 def _frame(text: str) -> str:
@@ -221,27 +255,13 @@ def main() -> int:
         operator = Operator(cluster, workdir, [] if scope else namespaces, *scope)
         profiler: subprocess.Popen[bytes] | None = None
         raw = workdir / "profile.txt"
+        raw_restart = workdir / "profile-restart.txt"
         try:
             operator.spawn()
             spawned = operator.started_at
             if args.profile:
                 assert py_spy is not None
-                profiler = subprocess.Popen(
-                    [
-                        py_spy,
-                        "record",
-                        "--pid",
-                        str(operator.pid),
-                        "--format",
-                        "raw",
-                        "-o",
-                        str(raw),
-                        "-r",
-                        "50",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+                profiler = start_profiler(py_spy, operator.pid, raw)
             healthy_at = 0.0
             deadline = time.monotonic() + 3600
             while not published.done.wait(0.1):
@@ -255,12 +275,12 @@ def main() -> int:
             healthy_at = healthy_at or published.all_at
             cold_cpu = cpu_seconds(operator.pid)
             cold_rss = rss_mib(operator.pid)
-            if profiler is not None:
-                profiler.send_signal(signal.SIGINT)
-                profiler.wait(timeout=120)
+            stop_profiler(profiler)
+            profiler = None
             cold = published.all_at - spawned
 
-            time.sleep(5)  # status patches and Events of the start finish
+            # The start's status patches, Events and their echoes finish after the last ConfigMap.
+            settled = settle(operator.pid) - spawned
             cpu_before = cpu_seconds(operator.pid)
             time.sleep(args.idle)
             idle_cpu = (cpu_seconds(operator.pid) - cpu_before) / args.idle
@@ -287,6 +307,29 @@ def main() -> int:
                 api.request("PUT", f"/api/v1/namespaces/{ns}/configmaps/floor", body)
                 floors.append(arrivals.wait("floor", n)[0] - t0)
             operator.check()
+
+            # A restart: every group is published, so each reconcile finds nothing to write.
+            operator.stop()
+            restarted = Operator(cluster, workdir, [] if scope else namespaces, *scope)
+            restarted.spawn()
+            operator = restarted
+            if args.profile:
+                assert py_spy is not None
+                profiler = start_profiler(py_spy, operator.pid, raw_restart)
+            deadline = time.monotonic() + 3600
+            while operator.reconciles() < args.groups:
+                operator.check()
+                if time.monotonic() > deadline:
+                    raise SystemExit("the restarted operator did not reconcile every group in an hour")
+                # A scrape renders every group's gauges: poll rarely when there are many.
+                time.sleep(min(2.0, max(0.2, args.groups / 5000)))
+            restart = time.perf_counter() - operator.started_at
+            restart_cpu = cpu_seconds(operator.pid)
+            stop_profiler(profiler)
+            profiler = None
+        except BaseException:
+            print(f"operator log tail:\n{operator.tail(60)}", file=sys.stderr)
+            raise
         finally:
             if profiler is not None and profiler.poll() is None:
                 profiler.kill()
@@ -308,6 +351,7 @@ def main() -> int:
             raise SystemExit(f"the ConfigMap watch failed: {watch.error!r}")
         log_tail = operator.tail(5)
         profile = top_frames(raw) if args.profile and raw.exists() else None
+        restart_profile = top_frames(raw_restart) if args.profile and raw_restart.exists() else None
         if profile is not None and args.profile_raw is not None:
             shutil.copyfile(raw, args.profile_raw)
 
@@ -335,6 +379,17 @@ def main() -> int:
             f"{cold / floor_seconds:.2f}x",
         ],
         [f"floor: write {len(bodies)} ConfigMaps, same client, 8 threads", f"{floor_seconds:.1f} s", "1.00x"],
+        ["operator start -> quiet (the start's status patches and Events done)", f"{settled:.1f} s", ""],
+        [
+            f"operator restart -> all {args.groups} groups reconciled (nothing to write)",
+            f"{restart:.1f} s",
+            f"{restart / floor_seconds:.2f}x",
+        ],
+        [
+            "operator CPU during the restart",
+            f"{restart_cpu:.1f} s",
+            f"{restart_cpu / restart:.0%} of one core",
+        ],
         ["operator CPU during the cold start", f"{cold_cpu:.1f} s", f"{cold_cpu / cold:.0%} of one core"],
         ["operator memory (RSS) after the cold start", f"{cold_rss:.0f} MiB", ""],
         [f"operator CPU idle ({args.idle:g} s)", f"{idle_cpu * 100:.1f}% of one core", ""],
@@ -368,10 +423,12 @@ def main() -> int:
     )
     if args.profile and profile is None:
         print("\npy-spy wrote no profile (is ptrace allowed?)")
-    elif profile is not None:
-        own, inclusive, total = profile
+    for what, found in (("cold start", profile), ("restart", restart_profile)):
+        if found is None:
+            continue
+        own, inclusive, total = found
         print()
-        print(f"py-spy, operator cold start, {total} samples at 50 Hz (active threads only):")
+        print(f"py-spy, operator {what}, {total} samples at 50 Hz (active threads only):")
         print(table(["function (self time)", "share"], own))
         print()
         print(table(["function (inclusive)", "share"], inclusive))

@@ -297,6 +297,19 @@ class Operator(Process):
         self.spawn()
         wait_for("the operator's /healthz", self.healthy, timeout)
 
+    def reconciles(self) -> int:
+        """Reconciles the operator has finished (any result), from its /metrics; 0 before it answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines()
+            if line.startswith("mqbalance_reconciles_total{")
+        )
+
 
 class Sidecar(Process):
     def __init__(self, cluster: LocalCluster, workdir: Path, namespace: str, pod: str, group: str) -> None:

@@ -1,10 +1,13 @@
-"""Orchestration: which groups an event concerns, and each group's reconcile loop.
+"""Orchestration: the observed world, which groups an event concerns, and each group's reconcile loop.
 
-The kopf handlers (handlers.py) feed events in and run :meth:`Controller.run_group`
-as one daemon per ConsumerGroup. A group's loop sleeps until poked, waits out the
-debounce window so a burst of pod changes becomes one rebalance, reconciles once
-from the whole observed state (reconcile.py), then writes the ConfigMap, the status,
-the journal line, the metrics and the Events.
+The informers (informer.py) keep the Pods, Nodes, Topics and assignment ConfigMaps
+in the caches here and feed their changes in; kopf runs :meth:`Controller.run_group`
+as one daemon per ConsumerGroup. No group reconciles before every cache has its
+first complete listing (:attr:`Controller.synced`): a restarted operator never sees
+a half-listed world, so it reshuffles nothing. A group's loop sleeps until poked,
+waits out the debounce window so a burst of pod changes becomes one rebalance,
+reconciles once from the whole observed state (reconcile.py), then writes the
+ConfigMap, the status, the journal line, the metrics and the Events.
 """
 
 from __future__ import annotations
@@ -13,16 +16,23 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from mqbalance.document import configmap_name
 from mqbalance.operator.journal import Journal
-from mqbalance.operator.kubeapi import ApiError, Conflict, KubeApi, Published
-from mqbalance.operator.membership import PodInfo
+from mqbalance.operator.kubeapi import ApiError, Conflict, KubeApi, Published, published_from
+from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, OperatorMetrics
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
-from mqbalance.operator.spec import DEFAULT_DEBOUNCE_SECONDS, LabelSelector, SpecError, parse_topic
+from mqbalance.operator.spec import (
+    DEFAULT_DEBOUNCE_SECONDS,
+    LabelSelector,
+    SpecError,
+    parse_selector,
+    parse_topic,
+)
 
 logger = logging.getLogger("mqbalance.operator")
 
@@ -31,16 +41,6 @@ CONFLICT_RETRIES = 5
 
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
 """(object body, type, reason, message) -> None: posts a Kubernetes Event."""
-
-
-class World(Protocol):
-    """Read access to the watched objects (kopf's indexes in the operator, dicts in tests)."""
-
-    def pods(self, namespace: str) -> list[PodInfo]: ...
-
-    def node_labels(self, names: Iterable[str]) -> dict[str, dict[str, str]]: ...
-
-    def topics(self, namespace: str) -> dict[str, Mapping[str, Any]]: ...
 
 
 @dataclass
@@ -52,8 +52,11 @@ class GroupState:
     """Skip the debounce window (spec, Topic and ConfigMap changes, retries)."""
     published: Published | None = None
     """The ConfigMap as we last read or wrote it; None means read it again."""
+    reread: bool = False
+    """Read the ConfigMap from the API, not the watch cache (which may lag behind a conflicting write)."""
     written_status: dict[str, Any] | None = None
-    outcome: Outcome | None = None
+    invalid: bool = False
+    """The last reconcile found the spec invalid (only this of its outcome is kept: memory per group)."""
     selector: LabelSelector | None = None
     topics: frozenset[str] = frozenset()
     nodes: frozenset[str] = frozenset()
@@ -81,7 +84,7 @@ class GroupState:
             cross_zone_queues=int(status.get("crossZoneQueues", 0)),
             unassigned_queues=int(status.get("unassignedQueues", 0)),
             generation=int(status.get("assignmentGeneration", 0)),
-            invalid=bool(self.outcome and self.outcome.invalid),
+            invalid=self.invalid,
         )
 
 
@@ -102,19 +105,23 @@ class Controller:
         self.clock = clock
         self.debounce_override = debounce_override
         self.groups: dict[tuple[str, str], GroupState] = {}
-        self._pods: dict[tuple[str, str], PodInfo] = {}
-        self._node_labels: dict[str, dict[str, str]] = {}
+        self._by_namespace: dict[str, dict[str, GroupState]] = {}
+        self.pods = PodIndex()
+        self.node_labels: dict[str, dict[str, str]] = {}
+        self.topics: dict[str, dict[str, Mapping[str, Any]]] = {}
+        """Namespace -> Topic resource name -> spec."""
+        self.configmaps: dict[tuple[str, str], Mapping[str, Any]] = {}
+        """(namespace, name) -> our assignment ConfigMaps as last seen by the watch."""
+        self.synced = asyncio.Event()
+        """Set once every cache above has been listed completely."""
 
-    # -- events in ---------------------------------------------------------------------------
+    # -- events in (from the informers, in the event loop) ---------------------------------------
 
     def on_pod(self, namespace: str, name: str, info: PodInfo | None) -> None:
         """A pod changed; poke the groups it may belong to if anything membership depends on changed."""
-        key = (namespace, name)
-        old = self._pods.pop(key, None)
-        if info is not None:
-            self._pods[key] = info
-        if old == info:
-            return
+        old = self.pods.put(namespace, info) if info is not None else self.pods.remove(namespace, name)
+        if old == info or not self.synced.is_set():
+            return  # before the first listing is whole no group has reconciled: nothing to poke
         labels = {**(old.labels if old else {}), **(info.labels if info else {})}
         for state in self._in_namespace(namespace):
             if state.concerns_pod(name, labels) or (old is not None and state.concerns_pod(name, old.labels)):
@@ -122,17 +129,31 @@ class Controller:
 
     def on_node(self, name: str, labels: Mapping[str, str] | None) -> None:
         new = dict(labels) if labels is not None else None
-        if self._node_labels.get(name) == new:
+        if self.node_labels.get(name) == new:
             return
         if new is None:
-            self._node_labels.pop(name, None)
+            self.node_labels.pop(name, None)
         else:
-            self._node_labels[name] = new
+            self.node_labels[name] = new
+        if not self.synced.is_set():
+            return
         for state in self.groups.values():
             if name in state.nodes:
                 state.poke()
 
-    def on_topic(self, namespace: str, name: str) -> None:
+    def on_topic(self, namespace: str, name: str, spec: Mapping[str, Any] | None) -> None:
+        """A Topic's spec changed or it went away (``spec`` None); its status alone concerns no group."""
+        topics = self.topics.setdefault(namespace, {})
+        if topics.get(name) == spec:
+            return
+        if spec is None:
+            topics.pop(name, None)
+        else:
+            topics[name] = spec
+        if not topics:
+            del self.topics[namespace]
+        if not self.synced.is_set():
+            return
         for state in self._in_namespace(namespace):
             if state.selector is None or name in state.topics:
                 state.poke(urgent=True)
@@ -142,30 +163,48 @@ class Controller:
         if state is not None and generation != state.seen_generation:
             state.poke(urgent=True)
 
-    def on_configmap(self, namespace: str, group: str, resource_version: str | None) -> None:
-        """Our ConfigMap changed or went away (``resource_version`` None): re-read it unless we wrote it."""
+    def on_configmap(self, namespace: str, name: str, group: str, body: Mapping[str, Any] | None) -> None:
+        """Group ``group``'s ConfigMap changed or went away (``body`` None): re-read it unless we wrote it."""
+        if body is None:
+            self.configmaps.pop((namespace, name), None)
+        else:
+            self.configmaps[(namespace, name)] = body
         state = self.groups.get((namespace, group))
         if state is None:
             return
+        resource_version = (body or {}).get("metadata", {}).get("resourceVersion")
         if state.published is not None and resource_version == state.published.resource_version:
             return
         state.published = None
         state.poke(urgent=True)
 
     def _in_namespace(self, namespace: str) -> list[GroupState]:
-        return [s for (ns, _), s in self.groups.items() if ns == namespace]
+        return list(self._by_namespace.get(namespace, {}).values())
+
+    def _register(self, state: GroupState) -> None:
+        self.groups[(state.namespace, state.name)] = state
+        self._by_namespace.setdefault(state.namespace, {})[state.name] = state
+
+    def _unregister(self, state: GroupState) -> None:
+        if self.groups.get((state.namespace, state.name)) is state:
+            del self.groups[(state.namespace, state.name)]
+            in_namespace = self._by_namespace[state.namespace]
+            del in_namespace[state.name]
+            if not in_namespace:
+                del self._by_namespace[state.namespace]
 
     # -- the per-group loop ------------------------------------------------------------------
 
-    async def run_group(self, body: Mapping[str, Any], world: World) -> None:
+    async def run_group(self, body: Mapping[str, Any]) -> None:
         """Reconcile one ConsumerGroup until cancelled (kopf cancels the daemon when the group goes)."""
         meta = body["metadata"]
         state = GroupState(meta["namespace"], meta["name"])
         state.written_status = json.loads(json.dumps(body.get("status") or {})) or None
-        self.groups[(state.namespace, state.name)] = state
+        self._register(state)
         state.poke(urgent=True)
         failures = conflicts = 0
         try:
+            await self.synced.wait()
             while True:
                 await state.trigger.wait()
                 if not state.urgent:
@@ -175,7 +214,7 @@ class Controller:
                 state.trigger.clear()
                 state.urgent = False
                 try:
-                    outcome = await self.reconcile_group(state, body, world)
+                    outcome = await self.reconcile_group(state, body)
                     failures = conflicts = 0
                     result = (
                         "published" if outcome.document else "invalid" if outcome.invalid else "unchanged"
@@ -185,6 +224,7 @@ class Controller:
                     # Someone else wrote the ConfigMap: read it again and recompute at once.
                     self.metrics.reconcile_errors.labels("conflict").inc()
                     state.published = None
+                    state.reread = True
                     conflicts += 1
                     if conflicts <= CONFLICT_RETRIES:
                         state.poke(urgent=True)
@@ -199,7 +239,7 @@ class Controller:
                     logger.exception("reconcile of %s/%s failed", state.namespace, state.name)
                     self._retry_later(state, body, "internal", e, failures)
         finally:
-            self.groups.pop((state.namespace, state.name), None)
+            self._unregister(state)
 
     def _retry_later(
         self, state: GroupState, body: Mapping[str, Any], kind: str, error: Exception, failures: int
@@ -212,25 +252,30 @@ class Controller:
         self.post_event(body, "Warning", "ReconcileFailed", message)
         asyncio.get_running_loop().call_later(delay, state.poke, True)
 
-    async def reconcile_group(self, state: GroupState, body: Mapping[str, Any], world: World) -> Outcome:
+    async def reconcile_group(self, state: GroupState, body: Mapping[str, Any]) -> Outcome:
         started = time.perf_counter()
         ns, name = state.namespace, state.name
         meta = body["metadata"]
         if state.published is None:
-            state.published = await self.api.read_published(ns, name)
+            if state.reread:
+                state.published = await self.api.read_published(ns, name)
+                state.reread = False
+            else:
+                state.published = published_from(self.configmaps.get((ns, configmap_name(name))))
             problem = state.published.problem
             if problem and problem != state.reported_problem:
                 self.post_event(body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced")
             state.reported_problem = problem
-        pods = world.pods(ns)
         spec = dict(body.get("spec") or {})
+        pods = self.pods.candidates(ns, _selector(spec))
+        nodes = {p.node_name for p in pods if p.node_name}
         observed = Observed(
             namespace=ns,
             name=name,
             spec=spec,
-            topics=world.topics(ns),
+            topics=self.topics.get(ns, {}),
             pods=pods,
-            node_labels=world.node_labels({p.node_name for p in pods if p.node_name}),
+            node_labels={n: self.node_labels[n] for n in nodes if n in self.node_labels},
             previous=state.published.document,
             now=self.clock(),
             generation=int(meta.get("generation") or 0),
@@ -251,7 +296,7 @@ class Controller:
                 ns, "consumergroups", name, merge_patch(state.written_status, outcome.status)
             )
             state.written_status = outcome.status
-        state.outcome = outcome
+        state.invalid = outcome.invalid
         for note in outcome.notes:
             self.post_event(body, note.type, note.reason, note.message)
         return outcome
@@ -301,6 +346,14 @@ class Controller:
 
     def gauges(self) -> list[GroupGauges]:
         return [s.gauges() for s in list(self.groups.values()) if s.written_status]
+
+
+def _selector(spec: Mapping[str, Any]) -> LabelSelector | None:
+    """The spec's selector, to narrow the pods looked at; None (every pod) when it does not parse."""
+    try:
+        return parse_selector(spec.get("selector"))
+    except SpecError:
+        return None
 
 
 def merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:

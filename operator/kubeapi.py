@@ -114,6 +114,27 @@ class KubeApi:
         data = json.loads(response.data or b"{}")
         return data if isinstance(data, dict) else {}
 
+    def open_stream(self, path: str, read_timeout: float) -> Any:
+        """A GET whose answer is read as it arrives (a watch): the urllib3 response, iterable by line."""
+        method, url, headers, _, _ = self.client.param_serialize(
+            method="GET",
+            resource_path=path,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.client.call_api(
+                method, url, header_params=headers, _request_timeout=(REQUEST_TIMEOUT, read_timeout)
+            )
+        except ApiException as e:
+            raise _error(e.status or 0, e.body or e.reason or "") from None
+        except Exception as e:
+            raise ApiError(0, f"GET {path}: {e}") from None
+        if not 200 <= response.status < 300:
+            data = response.read()  # type: ignore[no-untyped-call]
+            raise _error(response.status, data)
+        return response.response
+
     # -- assignment ConfigMaps ---------------------------------------------------------------
 
     async def read_published(self, namespace: str, group: str) -> Published:
@@ -127,22 +148,7 @@ class KubeApi:
             if e.status == 404:
                 return Published(None, None)
             raise
-        meta = obj.get("metadata") or {}
-        published = Published(
-            None,
-            meta.get("resourceVersion"),
-            dict(meta.get("labels") or {}),
-            dict(meta.get("annotations") or {}),
-        )
-        text = (obj.get("data") or {}).get(CONFIGMAP_KEY)
-        if text is None:
-            published.problem = f"ConfigMap {configmap_name(group)} has no key {CONFIGMAP_KEY}"
-            return published
-        try:
-            published.document = AssignmentDocument.decode(text)
-        except DocumentError as e:
-            published.problem = f"ConfigMap {configmap_name(group)}: {e}"
-        return published
+        return published_from(obj)
 
     async def publish(
         self, namespace: str, owner: Mapping[str, Any], document: AssignmentDocument, current: Published
@@ -179,6 +185,29 @@ class KubeApi:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{_q(namespace)}/{plural}/{_q(name)}/status"
         body = {"status": dict(status)}
         await self._run(lambda: self.request("PATCH", path, body, "application/merge-patch+json"))
+
+
+def published_from(obj: Mapping[str, Any] | None) -> Published:
+    """A ConfigMap as read (from a GET or the watch cache); None is one that does not exist."""
+    if obj is None:
+        return Published(None, None)
+    meta = obj.get("metadata") or {}
+    name = meta.get("name", "")
+    published = Published(
+        None,
+        meta.get("resourceVersion"),
+        dict(meta.get("labels") or {}),
+        dict(meta.get("annotations") or {}),
+    )
+    text = (obj.get("data") or {}).get(CONFIGMAP_KEY)
+    if text is None:
+        published.problem = f"ConfigMap {name} has no key {CONFIGMAP_KEY}"
+        return published
+    try:
+        published.document = AssignmentDocument.decode(text)
+    except DocumentError as e:
+        published.problem = f"ConfigMap {name}: {e}"
+    return published
 
 
 def configmap_body(

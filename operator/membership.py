@@ -61,3 +61,59 @@ def members(
         if pod.serving and selector.matches(pod.labels):
             out[pod.name] = (node_labels.get(pod.node_name) or {}).get(zone_label) or UNKNOWN_ZONE
     return out
+
+
+class PodIndex:
+    """The pods the operator sees, by namespace and by ``key=value`` label pair.
+
+    A group's selector usually has matchLabels; then only the pods carrying its rarest
+    pair can match, and a reconcile looks at those instead of every pod of the namespace.
+    """
+
+    def __init__(self) -> None:
+        self._pods: dict[str, dict[str, PodInfo]] = {}
+        self._by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
+
+    def get(self, namespace: str, name: str) -> PodInfo | None:
+        return self._pods.get(namespace, {}).get(name)
+
+    def put(self, namespace: str, info: PodInfo) -> PodInfo | None:
+        """Add or replace a pod; the one it replaced."""
+        old = self.remove(namespace, info.name)
+        self._pods.setdefault(namespace, {})[info.name] = info
+        by_label = self._by_label.setdefault(namespace, {})
+        for pair in info.labels.items():
+            by_label.setdefault(pair, set()).add(info.name)
+        return old
+
+    def remove(self, namespace: str, name: str) -> PodInfo | None:
+        pods = self._pods.get(namespace)
+        old = pods.pop(name, None) if pods is not None else None
+        if old is None:
+            return None
+        by_label = self._by_label[namespace]
+        for pair in old.labels.items():
+            names = by_label.get(pair)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del by_label[pair]
+        if not pods:
+            del self._pods[namespace]
+            del self._by_label[namespace]
+        return old
+
+    def candidates(self, namespace: str, selector: LabelSelector | None) -> list[PodInfo]:
+        """Pods of the namespace that may match ``selector`` (all of them without matchLabels), by name.
+
+        A superset of the matching pods: callers still apply the selector.
+        """
+        pods = self._pods.get(namespace, {})
+        if selector is None or not selector.match_labels:
+            return [pods[n] for n in sorted(pods)]
+        by_label = self._by_label.get(namespace, {})
+        rarest = min((by_label.get(pair, set()) for pair in selector.match_labels.items()), key=len)
+        return [pods[n] for n in sorted(rarest)]
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._pods.values())
