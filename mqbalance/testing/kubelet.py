@@ -197,6 +197,20 @@ def set_pod_ready(api: client.ApiClient, namespace: str, name: str, ready: bool 
     return core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
+def pod_name(pod: client.V1Pod) -> str:
+    """The name of a pod the API returned (the client types every field as optional)."""
+    if pod.metadata is None or pod.metadata.name is None:
+        raise ValueError("the API returned a pod without a name")
+    return str(pod.metadata.name)
+
+
+def pod_node(pod: client.V1Pod) -> str:
+    """The node a bound pod runs on."""
+    if pod.spec is None or pod.spec.node_name is None:
+        raise ValueError(f"pod {pod_name(pod)} is not bound to a node")
+    return str(pod.spec.node_name)
+
+
 def start_pods(
     api: client.ApiClient,
     namespace: str,

@@ -10,7 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -31,7 +31,7 @@ def wait_for(
 ) -> T:
     """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: T | None = None
     while time.monotonic() < deadline:
         last = probe()
         if last:
@@ -170,10 +170,8 @@ def apply_group(api: client.ApiClient, namespace: str, name: str, spec: dict[str
 
 def get_group(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        obj: dict[str, Any] = custom(api).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "consumergroups", name
-        )
-        return obj
+        obj = custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, "consumergroups", name)
+        return cast(dict[str, Any], obj)
     except ApiException as e:
         if e.status == 404:
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategyName
@@ -51,7 +53,7 @@ def test_defaults_fill_in() -> None:
         ),
     ],
 )
-def test_selector_matching(selector: dict, labels: dict, expected: bool) -> None:
+def test_selector_matching(selector: dict[str, Any], labels: dict[str, str], expected: bool) -> None:
     assert parse_selector(selector).matches(labels) is expected
 
 
@@ -86,7 +88,7 @@ def test_bad_selectors_say_what_to_fix(selector: object, fragment: str) -> None:
         ),
     ],
 )
-def test_strategies_that_cannot_work(strategy: dict, fragment: str) -> None:
+def test_strategies_that_cannot_work(strategy: dict[str, Any], fragment: str) -> None:
     with pytest.raises(SpecError, match=fragment):
         parse_group("g", {"topics": ["t"], "selector": {}, "strategy": strategy})
 
@@ -135,7 +137,7 @@ def test_topic_parsing() -> None:
         parse_topic("t", {"brokers": [{"name": "a", "readQueueNums": 1, "writeQueueNums": 1}] * 2})
 
 
-def _pod(name: str, phase: str = "Running", ready: str = "True", **meta: object) -> dict:
+def _pod(name: str, phase: str = "Running", ready: str = "True", **meta: object) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": {"app": "a"}, **meta},
         "spec": {"nodeName": "n1"},

@@ -5,7 +5,7 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 
 {{/* Namespaced rules of the operator, in every namespace it watches. */}}
 {{- define "mqbalance.operator.namespacedRules" -}}
-# Topics: watched (kopf index); their status written.
+# Topics: watched; their status written.
 - apiGroups: [mqbalance.io]
   resources: [topics]
   verbs: [list, watch]

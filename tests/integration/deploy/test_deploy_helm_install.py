@@ -19,12 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_support import CHART, REPO, can_i, run_helm, service_account_kubeconfig, stop
 from kubernetes import client
 
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.testing.cluster import LocalCluster, free_port
 from mqbalance.testing.kubelet import create_node, start_pods
+from tests.integration.deploy.deploy_support import (
+    CHART,
+    REPO,
+    can_i,
+    run_helm,
+    service_account_kubeconfig,
+    stop,
+)
 
 GROUP = "orders-consumer"
 TIMEOUT = 60.0

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_support import CHART, REPO, by_kind, documents, run_helm
+
+from tests.integration.deploy.deploy_support import CHART, REPO, by_kind, documents, run_helm
 
 ALL_ON = [
     "--set", "metrics.serviceMonitor.enabled=true",

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from operator_support import REPO, OperatorProcess, wait_for
 
 from mqbalance.testing import kubelet
 from mqbalance.testing.cluster import LocalCluster
+from tests.integration.operator_support import REPO, OperatorProcess, wait_for
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from invariants import check_document, check_journal
 from kubernetes import client
-from operator_support import (
+
+from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategySpec, Zones
+from mqbalance.operator.spec import parse_group, parse_topic
+from mqbalance.strategies import allocate
+from mqbalance.testing import kubelet
+from tests.integration.invariants import check_document, check_journal
+from tests.integration.operator_support import (
     apply_group,
     apply_topic,
     condition,
@@ -16,11 +21,6 @@ from operator_support import (
     wait_for,
     wait_generation,
 )
-
-from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategySpec, Zones
-from mqbalance.operator.spec import parse_group, parse_topic
-from mqbalance.strategies import allocate
-from mqbalance.testing import kubelet
 
 BROKERS = [
     {"name": "hz@broker-a", "zone": "zone-a", "readQueueNums": 4, "writeQueueNums": 4},
@@ -37,7 +37,7 @@ def members(
     """Five ready pods over the zoned nodes: pod -> zone."""
     zoned = [n for n, z in zone_nodes.items() if z]
     pods = kubelet.start_pods(module_api, module_namespace, "orders", 5, POD_LABELS, zoned)
-    return {p.metadata.name: zone_nodes[p.spec.node_name] for p in pods}
+    return {kubelet.pod_name(p): zone_nodes[kubelet.pod_node(p)] for p in pods}
 
 
 STRATEGIES: dict[str, dict[str, Any]] = {

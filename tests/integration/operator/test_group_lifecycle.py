@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
-from invariants import check_document, check_journal
 from kubernetes import client
-from operator_support import (
+
+from mqbalance.operator.spec import parse_topic
+from mqbalance.testing import kubelet
+from tests.integration.invariants import check_document, check_journal
+from tests.integration.operator_support import (
     OperatorProcess,
     apply_group,
     apply_topic,
@@ -19,9 +22,6 @@ from operator_support import (
     wait_for,
     wait_generation,
 )
-
-from mqbalance.operator.spec import parse_topic
-from mqbalance.testing import kubelet
 
 GROUP, VERSION = "mqbalance.io", "v1alpha1"
 
@@ -97,7 +97,7 @@ def test_membership_zone_and_topic_changes(
     assert set(doc.members) == {"life-0", "life-2"}
 
     # a member's node changes zone
-    node_of_0 = client.CoreV1Api(api).read_namespaced_pod("life-0", ns).spec.node_name
+    node_of_0 = kubelet.pod_node(client.CoreV1Api(api).read_namespaced_pod("life-0", ns))
     kubelet.set_node_zone(api, node_of_0, "zone-moved")
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.reason == "zone-changed"
@@ -119,7 +119,7 @@ def test_membership_zone_and_topic_changes(
     custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "topics", name)
     status = wait_for(
         "Invalid=True",
-        lambda: (s := status_of(api, ns, name)) and condition(s, "Invalid").get("status") == "True" and s,
+        lambda: s if condition(s := status_of(api, ns, name), "Invalid").get("status") == "True" else None,
     )
     assert condition(status, "Invalid")["reason"] == "TopicNotFound"
     assert "not found" in condition(status, "Invalid")["message"]
@@ -294,7 +294,10 @@ def test_restart_changes_nothing_and_deletion_collects_the_configmap(
     nodes = [n for n, z in zone_nodes.items() if z]
     _setup(api, ns, "keep", nodes, 4)
     wait_generation(api, ns, "keep", 1)
-    groups = custom(api).list_namespaced_custom_object(GROUP, VERSION, ns, "consumergroups")["items"]
+    listed = cast(
+        dict[str, Any], custom(api).list_namespaced_custom_object(GROUP, VERSION, ns, "consumergroups")
+    )
+    groups = listed["items"]
     before = {g["metadata"]["name"]: read_document(api, ns, g["metadata"]["name"]) for g in groups}
     journal_before = len(operator_process.journal_records())
 

@@ -1,31 +1,23 @@
 """Fixtures of the reliability tests: CRDs, zoned nodes, topics, operator processes, a generation watcher.
 
-The operator's fixtures (``crds``) live in tests/integration/operator/conftest.py; this folder
-reuses the helpers of ``operator_support`` and ``invariants`` through the path set up below.
+It reuses the helpers of ``tests.integration.operator_support`` and ``tests.integration.invariants``.
 """
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
-_INTEGRATION = Path(__file__).resolve().parents[1]
-for extra in (_INTEGRATION, _INTEGRATION / "sidecar", _INTEGRATION / "deploy"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from kubernetes import client  # noqa: E402
-from operator_support import REPO, apply_topic  # noqa: E402
-from reliability_support import GenerationWatcher, KillableOperator  # noqa: E402
-
-from mqbalance.model import MessageQueue  # noqa: E402
-from mqbalance.operator.spec import parse_topic  # noqa: E402
-from mqbalance.testing import kubelet  # noqa: E402
-from mqbalance.testing.cluster import LocalCluster  # noqa: E402
+from mqbalance.model import MessageQueue
+from mqbalance.operator.spec import parse_topic
+from mqbalance.testing import kubelet
+from mqbalance.testing.cluster import LocalCluster
+from tests.integration.operator_support import REPO, apply_topic
+from tests.integration.reliability.reliability_support import GenerationWatcher, KillableOperator
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 

@@ -14,15 +14,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants import assignment_problems
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-from operator_support import REPO, OperatorProcess, condition, read_document, status_of, wait_for
 
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError
 from mqbalance.model import MessageQueue
 from mqbalance.testing import kubelet
 from mqbalance.testing.cluster import free_port
+from tests.integration.invariants import assignment_problems
+from tests.integration.operator_support import (
+    REPO,
+    OperatorProcess,
+    condition,
+    read_document,
+    status_of,
+    wait_for,
+)
 
 PUBLISHED_BY = "mqbalance.io/published-by"
 
@@ -139,6 +146,7 @@ class GenerationWatcher:
                     listed = core.list_namespaced_config_map(self.namespace, _request_timeout=10)
                     for cm in listed.items:
                         self._record(cm.metadata, cm.data)
+                    assert listed.metadata is not None
                     version = listed.metadata.resource_version
                 w = watch.Watch()
                 for event in w.stream(

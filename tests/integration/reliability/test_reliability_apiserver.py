@@ -12,17 +12,23 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
-from operator_support import apply_group, wait_for
-from reliability_support import Churn, GenerationWatcher, KillableOperator, wait_converged
-from sidecar_process import SidecarProcess
 
 from mqbalance.document import configmap_name
 from mqbalance.model import MessageQueue
 from mqbalance.testing import kubelet
 from mqbalance.testing.cluster import LocalCluster
+from tests.integration.operator_support import apply_group, wait_for
+from tests.integration.reliability.reliability_support import (
+    Churn,
+    GenerationWatcher,
+    KillableOperator,
+    wait_converged,
+)
+from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 GROUP = "served"
 SPEC = {
@@ -117,19 +123,14 @@ def restart_loop(
                 t: sorted([q.queue_id, q.broker_name] for q in qs) for t, qs in doc.queues_of(mine).items()
             }
 
-            def served(generation: int = doc.generation, expected: object = want) -> bool:
+            def served(generation: int = doc.generation, expected: dict[str, Any] = want) -> bool:
                 view = side.client.queues()
                 got = {
                     t: sorted([q["queueId"], q["brokerName"]] for q in qs) for t, qs in view["queues"].items()
                 }
                 return bool(
                     view["generation"] == generation
-                    and {k: v for k, v in got.items() if v}
-                    == {
-                        k: v
-                        for k, v in expected.items()
-                        if v  # type: ignore[union-attr]
-                    }
+                    and {k: v for k, v in got.items() if v} == {k: v for k, v in expected.items() if v}
                 )
 
             wait_for(f"the sidecar serving generation {doc.generation} after {name}", served)
@@ -215,6 +216,8 @@ def test_conflicting_writes_are_retried(
     conflicts = op.metric("mqbalance_reconcile_errors_total", kind="conflict")
     wait_converged(api_client, namespace, GROUP, churn.members(GROUP))
     cm = core.read_namespaced_config_map(configmap_name(GROUP), namespace)
+    assert cm.metadata is not None
+    assert cm.metadata.annotations is not None
     assert cm.metadata.annotations["example.com/touched"] == str(writes[0] - 1)
     watcher.assert_clean()
     assert op.alive

@@ -3,19 +3,33 @@ the operator keeps serving a healthy group in the same namespace."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from corpus import PROBE_LABELS, Case, corpus
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from operator_support import GROUP, VERSION, apply_group, condition, custom, get_group, wait_for
-from reliability_support import Churn, GenerationWatcher, KillableOperator, wait_converged
 
 from mqbalance.model import MessageQueue
 from mqbalance.testing import kubelet
+from tests.integration.operator_support import (
+    GROUP,
+    VERSION,
+    apply_group,
+    condition,
+    custom,
+    get_group,
+    wait_for,
+)
+from tests.integration.reliability.corpus import PROBE_LABELS, Case, corpus
+from tests.integration.reliability.reliability_support import (
+    Churn,
+    GenerationWatcher,
+    KillableOperator,
+    wait_converged,
+)
 
 CONTROL = "control"
 
@@ -121,7 +135,8 @@ def test_bad_input_corpus(
 
     for name, case in watched.items():
         fate = wait_for(
-            f"{name} ({case.name}) to report its fate", lambda n=name: fate_of(api_client, namespace, n)
+            f"{name} ({case.name}) to report its fate",
+            functools.partial(fate_of, api_client, namespace, name),
         )
         outcomes[fate.split(":")[0]] += 1
         if fate != case.fate:

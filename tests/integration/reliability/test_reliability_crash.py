@@ -15,10 +15,16 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from operator_support import apply_group, wait_for
-from reliability_support import Churn, GenerationWatcher, KillableOperator, owner_count, wait_converged
 
 from mqbalance.model import MessageQueue
+from tests.integration.operator_support import apply_group, wait_for
+from tests.integration.reliability.reliability_support import (
+    Churn,
+    GenerationWatcher,
+    KillableOperator,
+    owner_count,
+    wait_converged,
+)
 
 GROUPS: dict[str, dict[str, Any]] = {
     "sticky-now": {"topics": ["orders", "payments"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0},

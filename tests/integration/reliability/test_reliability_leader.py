@@ -8,10 +8,15 @@ import time
 from collections.abc import Callable
 
 from kubernetes import client
-from operator_support import apply_group, wait_for
-from reliability_support import Churn, GenerationWatcher, KillableOperator, wait_converged
 
 from mqbalance.model import MessageQueue
+from tests.integration.operator_support import apply_group, wait_for
+from tests.integration.reliability.reliability_support import (
+    Churn,
+    GenerationWatcher,
+    KillableOperator,
+    wait_converged,
+)
 
 LEASE = "mqbalance-operator"
 DURATION = 4

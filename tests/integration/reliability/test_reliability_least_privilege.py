@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-from sidecar_process import SidecarProcess
 
 from mqbalance.testing.cluster import ensure_binaries
+from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[3]
 POWERFUL_VERBS = {"*", "escalate", "bind", "impersonate", "deletecollection"}

@@ -17,10 +17,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from sidecar_process import SidecarProcess
 
 from mqbalance.document import AssignmentDocument
 from mqbalance.model import MessageQueue
+from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 CHECKS = ",".join(
     [

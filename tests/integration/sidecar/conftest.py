@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sidecar_process import SidecarProcess
 
 from mqbalance.testing.cluster import LocalCluster
+from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -13,12 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar_process import SidecarProcess, configmap_body, wait_for
-
 from mqbalance.document import AssignmentDocument
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError
 from mqbalance.testing.cluster import LocalCluster
+from tests.integration.sidecar.sidecar_process import SidecarProcess, configmap_body, wait_for
 
 POD = "orders-5d8f-abcde"
 OTHER = "orders-5d8f-fghij"

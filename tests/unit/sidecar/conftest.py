@@ -1,5 +1,5 @@
 """Fixtures of the sidecar's unit tests (defined in sidecar_support)."""
 
-from sidecar_support import clock, make_client
+from tests.unit.sidecar.sidecar_support import clock, make_client
 
 __all__ = ["clock", "make_client"]

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 from pytest_aiohttp import AiohttpServer
-from sidecar_support import POD, ROUTE, FakeClock, document, make_config, make_state
 
 from mqbalance.sidecar.app import create_app
 from mqbalance.sidecar.client import SidecarClient, SidecarError
+from tests.unit.sidecar.sidecar_support import POD, ROUTE, FakeClock, document, make_config, make_state
 
 pytestmark = pytest.mark.asyncio
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sidecar_support import ROUTE, Client, Factory, FakeClock, state_of
 
 from mqbalance.producer import Generation
+from tests.unit.sidecar.sidecar_support import ROUTE, Client, Factory, FakeClock, state_of
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,9 +7,9 @@ import re
 
 import pytest
 from pytest_aiohttp import AiohttpClient
-from sidecar_support import make_config
 
 from mqbalance.sidecar.app import create_app, load_openapi
+from tests.unit.sidecar.sidecar_support import make_config
 
 METHODS = {"get", "post", "put", "patch", "delete"}
 

@@ -10,12 +10,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
-from sidecar_support import FakeClock, document, make_config, make_state
 
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument
 from mqbalance.model import UNKNOWN_ZONE
 from mqbalance.sidecar.kube import KubeClient
 from mqbalance.sidecar.watch import Backoff, ConfigMapHandler, Reflector, TopicHandler
+from tests.unit.sidecar.sidecar_support import FakeClock, document, make_config, make_state
 
 pytestmark = pytest.mark.asyncio
 
