@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
 from mqbalance.model import MessageQueue
-from mqbalance.testing import demo_report
+from mqbalance.testing import demo_report, polling
 from mqbalance.testing.cluster import ClusterError, LocalCluster, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,14 +49,7 @@ def step(message: str) -> None:
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    return polling.wait_for(what, probe, timeout, interval=interval, error=DemoError)
 
 
 class Process:

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from kubernetes import client
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.testing.cluster import LocalCluster, free_port
 from mqbalance.testing.kubelet import create_node, start_pods
+from mqbalance.testing.polling import wait_for
 from tests.integration.deploy.deploy_support import (
     CHART,
     REPO,
@@ -35,17 +35,6 @@ from tests.integration.deploy.deploy_support import (
 
 GROUP = "orders-consumer"
 TIMEOUT = 60.0
-
-
-def wait_for(what: str, probe: Any, timeout: float = TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture

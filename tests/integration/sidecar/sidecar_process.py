@@ -4,37 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.sidecar.client import SidecarClient, SidecarError
-
-T = TypeVar("T")
-DEADLINE = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = DEADLINE) -> T:
-    """``probe()`` until it returns something other than None; fails naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
+from mqbalance.testing.cluster import free_port
+from mqbalance.testing.polling import wait_for
 
 
 def configmap_body(group: str, doc: AssignmentDocument) -> dict[str, object]:

@@ -17,7 +17,8 @@ from mqbalance.document import AssignmentDocument
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError
 from mqbalance.testing.cluster import LocalCluster
-from tests.integration.sidecar.sidecar_process import SidecarProcess, configmap_body, wait_for
+from mqbalance.testing.polling import wait_for
+from tests.integration.sidecar.sidecar_process import SidecarProcess, configmap_body
 
 POD = "orders-5d8f-abcde"
 OTHER = "orders-5d8f-fghij"
