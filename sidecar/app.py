@@ -18,9 +18,10 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mqbalance.model import MessageQueue
 from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector
 from mqbalance.sidecar.config import SidecarConfig
-from mqbalance.sidecar.state import GroupState, Served, SidecarState, route_json
+from mqbalance.sidecar.state import GroupState, RouteEntry, Served, SidecarState, route_json
 from mqbalance.sidecar.watch import AssignmentSource
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,6 @@ routes = web.RouteTableDef()
 
 def _json_bytes(body: bytes) -> web.Response:
     return web.Response(body=body, content_type=JSON)
-
-
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def _check_params(request: web.Request, allowed: tuple[str, ...]) -> None:
@@ -173,7 +170,8 @@ async def _served(request: web.Request) -> Served:
 async def _body(request: web.Request, fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:
     """The request's JSON object; fields and their types checked, unknown ones refused."""
     raw = await request.read()
-    if not raw or raw.isspace():
+    if raw == b"{}" or not raw or raw.isspace():
+        # {} is what a plain send posts: nothing to parse or check.
         return {}
     try:
         body = json.loads(raw)
@@ -198,10 +196,10 @@ async def _body(request: web.Request, fields: dict[str, tuple[type, ...]]) -> di
 _JSON_TYPES = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
-def _route_of(request: web.Request) -> tuple[str, Any]:
+def _route_of(request: web.Request) -> RouteEntry:
     state = request.app[STATE]
     topic = request.match_info["topic"]
-    found = state.route(topic)
+    found = state.route_entry(topic)
     if found is None:
         config = request.app[CONFIG]
         if not config.watch_topics:
@@ -226,43 +224,63 @@ async def get_assignment(request: web.Request) -> web.Response:
     return _json_bytes((await _served(request)).assignment_body)
 
 
-@routes.get("/v1/topics/{topic}/route")
-async def get_route(request: web.Request) -> web.Response:
-    _check_params(request, ())
-    resource, route = _route_of(request)
-    return web.json_response(route_json(resource, route))
+_SELECT_FIELDS: dict[str, tuple[type, ...]] = {
+    "lastBroker": (str,),
+    "faultTolerance": (bool,),
+    "selector": (str,),
+    "shardingKey": (str,),
+}
 
 
+# Registered before the route endpoint: the router tries the /v1/topics resources in
+# order, and selection is the one called per message.
 @routes.post("/v1/topics/{topic}/select")
 async def select_queue(request: web.Request) -> web.Response:
     _check_params(request, ())
-    body = await _body(
-        request,
-        {"lastBroker": (str,), "faultTolerance": (bool,), "selector": (str,), "shardingKey": (str,)},
-    )
-    _, route = _route_of(request)
+    body = await _body(request, _SELECT_FIELDS)
+    entry = _route_of(request)
+    app = request.app
+    producer = app[STATE].selector
+    try:
+        if body:
+            mq = _select_as_asked(app, producer, entry, body)
+        else:
+            # A plain send: round robin with the sidecar's own fault tolerance setting.
+            mq = producer.select_queue(entry.route, queues=entry.queues)
+    except NoWritableQueueError as e:
+        raise ApiError(409, str(e)) from None
+    return web.Response(body=entry.answer(mq), content_type=JSON)
+
+
+def _select_as_asked(
+    app: web.Application, producer: QueueSelector, entry: RouteEntry, body: dict[str, Any]
+) -> MessageQueue:
     selector_name = body.get("selector") or ROUND_ROBIN
     if selector_name not in SELECTORS:
         raise ApiError(400, f"unknown selector {selector_name!r}; use one of {', '.join(SELECTORS)}")
-    producer: QueueSelector = request.app[STATE].selector
+    if selector_name == ROUND_ROBIN:
+        return producer.select_queue(
+            entry.route,
+            last_broker=body.get("lastBroker"),
+            fault_tolerance=body.get("faultTolerance"),
+            queues=entry.queues,
+        )
     key = body.get("shardingKey")
-    try:
-        if selector_name == ROUND_ROBIN:
-            mq = producer.select_queue(
-                route, last_broker=body.get("lastBroker"), fault_tolerance=body.get("faultTolerance")
-            )
-        else:
-            if selector_name == KeySelector.HASH and key is None:
-                raise ApiError(400, "the hash selector needs shardingKey (the message's sharding key)")
-            zone = request.app[CONFIG].zone or None
-            if selector_name == KeySelector.MACHINE_ROOM and zone is None:
-                raise ApiError(
-                    400, "the machine_room selector needs the sidecar's zone: set MQBALANCE_ZONE or --zone"
-                )
-            mq = producer.select_by_key(route, selector_name, key, zone=zone)
-    except NoWritableQueueError as e:
-        raise ApiError(409, str(e)) from None
-    return _json_bytes(_dumps({"topic": mq.topic, "broker": mq.broker_name, "queueId": mq.queue_id}))
+    if selector_name == KeySelector.HASH and key is None:
+        raise ApiError(400, "the hash selector needs shardingKey (the message's sharding key)")
+    zone = app[CONFIG].zone or None
+    if selector_name == KeySelector.MACHINE_ROOM and zone is None:
+        raise ApiError(
+            400, "the machine_room selector needs the sidecar's zone: set MQBALANCE_ZONE or --zone"
+        )
+    return producer.select_by_key(entry.route, selector_name, key, zone=zone, queues=entry.queues)
+
+
+@routes.get("/v1/topics/{topic}/route")
+async def get_route(request: web.Request) -> web.Response:
+    _check_params(request, ())
+    entry = _route_of(request)
+    return web.json_response(route_json(entry.resource, entry.route))
 
 
 @routes.post("/v1/sends")

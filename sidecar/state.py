@@ -162,6 +162,35 @@ def _owned(doc: AssignmentDocument, member: str) -> set[MessageQueue]:
     return {mq for queues in doc.queues_of(member).values() for mq in queues}
 
 
+def select_answer(mq: MessageQueue) -> bytes:
+    """The body of ``POST /v1/topics/{topic}/select`` that names ``mq``."""
+    return _dumps({"topic": mq.topic, "broker": mq.broker_name, "queueId": mq.queue_id})
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEntry:
+    """A Topic resource's route with what selection needs from it, computed once per route.
+
+    Routes change rarely and selections come by the thousand: the writable queues
+    (empty when there is none; the producer then raises its error) and the encoded
+    answer naming each of them are ready before the first request.
+    """
+
+    resource: str
+    route: TopicRoute
+    queues: tuple[MessageQueue, ...]
+    answers: dict[MessageQueue, bytes]
+
+    @classmethod
+    def of(cls, resource: str, route: TopicRoute) -> RouteEntry:
+        queues = tuple(route.writable_queues())
+        return cls(resource, route, queues, {mq: select_answer(mq) for mq in queues})
+
+    def answer(self, mq: MessageQueue) -> bytes:
+        found = self.answers.get(mq)
+        return found if found is not None else select_answer(mq)
+
+
 def route_json(resource: str, route: TopicRoute) -> dict[str, Any]:
     return {
         "topic": route.topic,
@@ -200,10 +229,10 @@ class SidecarState:
         if not self.groups:
             raise ValueError("a sidecar serves at least one group")
         self.default_group = next(iter(self.groups))
-        self._topics: dict[str, TopicRoute] = {}
+        self._topics: dict[str, RouteEntry] = {}
         """Topic resource name -> route."""
-        self._by_topic: dict[str, tuple[str, TopicRoute]] = {}
-        """RocketMQ topic name -> (resource name, route)."""
+        self._by_topic: dict[str, RouteEntry] = {}
+        """RocketMQ topic name -> route."""
         self.metrics.watch_brokers(self.broker_states)
 
     # -- assignments -------------------------------------------------------------
@@ -221,11 +250,11 @@ class SidecarState:
 
     def replace_routes(self, routes: Mapping[str, TopicRoute]) -> None:
         """All Topic resources at once (after a list)."""
-        self._topics = dict(routes)
+        self._topics = {name: RouteEntry.of(name, r) for name, r in routes.items()}
         self._reindex()
 
     def put_route(self, resource: str, route: TopicRoute) -> None:
-        self._topics[resource] = route
+        self._topics[resource] = RouteEntry.of(resource, route)
         self._reindex()
 
     def delete_route(self, resource: str) -> None:
@@ -233,14 +262,17 @@ class SidecarState:
         self._reindex()
 
     def _reindex(self) -> None:
-        self._by_topic = {r.topic: (name, r) for name, r in sorted(self._topics.items())}
+        self._by_topic = {e.route.topic: e for _, e in sorted(self._topics.items())}
 
-    def route(self, topic: str) -> tuple[str, TopicRoute] | None:
+    def route_entry(self, topic: str) -> RouteEntry | None:
         """By RocketMQ topic name, else by Topic resource name."""
         found = self._by_topic.get(topic)
-        if found is None and topic in self._topics:
-            found = (topic, self._topics[topic])
-        return found
+        return found if found is not None else self._topics.get(topic)
+
+    def route(self, topic: str) -> tuple[str, TopicRoute] | None:
+        """(resource name, route), by RocketMQ topic name, else by Topic resource name."""
+        entry = self.route_entry(topic)
+        return None if entry is None else (entry.resource, entry.route)
 
     def topic_names(self) -> list[str]:
         return sorted(self._by_topic)
@@ -249,7 +281,7 @@ class SidecarState:
 
     def brokers(self) -> list[str]:
         """Every broker a route names or a send report mentioned."""
-        known = {b.name for r in self._topics.values() for b in r.brokers}
+        known = {b.name for e in self._topics.values() for b in e.route.brokers}
         known.update(i.broker for i in self.selector.faults.items())
         return sorted(known)
 

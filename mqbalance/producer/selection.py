@@ -124,14 +124,25 @@ class QueueSelector:
     # -- default selection -----------------------------------------------------------
 
     def select_queue(
-        self, route: TopicRoute, *, last_broker: str | None = None, fault_tolerance: bool | None = None
+        self,
+        route: TopicRoute,
+        *,
+        last_broker: str | None = None,
+        fault_tolerance: bool | None = None,
+        queues: Sequence[MessageQueue] = (),
     ) -> MessageQueue:
         """The queue for the next send; ``last_broker`` is the broker the previous attempt
         of the same message went to (a retry). ``fault_tolerance`` overrides the
-        instance's setting (``sendLatencyFaultEnable``) for this call."""
-        queues = writable_queues(route)
+        instance's setting (``sendLatencyFaultEnable``) for this call. ``queues`` is
+        ``writable_queues(route)`` when the caller keeps it already (it saves hashing
+        the route per call); empty means compute it."""
+        if not queues:
+            queues = writable_queues(route)
         index = self.index(route.topic)
         use_faults = self.fault_tolerance if fault_tolerance is None else fault_tolerance
+        if not use_faults and last_broker is None:
+            # Plain round robin, what every generation's path below reduces to here.
+            return _next(queues, index)
         if self.generation is Generation.V4:
             if use_faults:
                 return self._select_4x_faults(route, queues, index)
@@ -207,6 +218,7 @@ class QueueSelector:
         key: str | None = None,
         *,
         zone: str | None = None,
+        queues: Sequence[MessageQueue] = (),
     ) -> MessageQueue:
         """A queue chosen by one of RocketMQ's ``MessageQueueSelector`` implementations.
 
@@ -218,9 +230,12 @@ class QueueSelector:
           the hash of ``key`` when there is one, so a key's messages stay on one queue,
           else in turn with the topic's moving index. With no broker in the zone it
           does the same over all writable queues.
+
+        ``queues`` is ``writable_queues(route)`` when the caller keeps it, as for ``select_queue``.
         """
         kind = KeySelector.parse(selector)
-        queues: Sequence[MessageQueue] = writable_queues(route)
+        if not queues:
+            queues = writable_queues(route)
         if kind is KeySelector.RANDOM:
             return select_by_random(queues, self._rng)
         if kind is KeySelector.HASH:

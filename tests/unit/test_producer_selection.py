@@ -17,6 +17,7 @@ from mqbalance.producer import (
     MovingIndex,
     NoWritableQueueError,
     QueueSelector,
+    writable_queues,
 )
 
 INT_MAX = 2**31 - 1
@@ -294,3 +295,40 @@ def test_docs_worked_example() -> None:
     assert take(4) == ["a:2", "a:3", "b:0", "b:1"]
     assert LATENCY_4X.not_available_duration(620) == 30000
     assert LATENCY_4X.not_available_duration(LATENCY_4X.failure_latency_ms) == 600000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    generation=st.sampled_from(["4.x", "5.x"]),
+    faults=st.booleans(),
+    seed=st.integers(0, 1000),
+    steps=st.lists(
+        st.tuples(st.sampled_from([None, "a", "b", "c"]), st.integers(0, 20_000), st.booleans()),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_passing_the_writable_queues_changes_nothing(
+    generation: str, faults: bool, seed: int, steps: list[tuple[str | None, int, bool]]
+) -> None:
+    # The sidecar hands its precomputed writable queues in; the picks must be exactly the ones
+    # the selector makes when it computes them itself.
+    def make() -> QueueSelector:
+        return QueueSelector(
+            generation=generation,
+            fault_tolerance=faults,
+            clock=FakeClock(),
+            rng=random.Random(seed),
+            index_start=seed,
+        )
+
+    given_queues, computing = make(), make()
+    queues = writable_queues(C)
+    for last, latency, failed in steps:
+        for selector, kwargs in ((given_queues, {"queues": queues}), (computing, {})):
+            picked = selector.select_queue(C, last_broker=last, **kwargs)  # type: ignore[arg-type]
+            selector.report(picked.broker_name, latency, failed=failed)
+        assert given_queues.select_by_key(C, "hash", str(latency), queues=queues) == computing.select_by_key(
+            C, "hash", str(latency)
+        )
+        assert given_queues.to_json() == computing.to_json()
