@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from mqbalance.testing.cluster import LocalCluster
 
 _HERE = Path(__file__).resolve().parent
+REPO = _HERE.parents[1]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,6 +32,14 @@ def cluster() -> Iterator[LocalCluster]:
     """A running etcd + kube-apiserver + kube-controller-manager, shared by the session."""
     with LocalCluster() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: LocalCluster) -> None:
+    """The project's CustomResourceDefinitions, applied once and Established."""
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
 
 
 def _client(cluster: LocalCluster) -> client.ApiClient:

@@ -54,6 +54,11 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.spawn()
+        wait_for("the operator's /healthz", self._healthy, timeout=60)
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to serve /healthz."""
         self.port = free_port()
         argv = [sys.executable, "-m", "mqbalance", "operator", "--metrics-port", str(self.port)]
         argv += ["--metrics-host", "127.0.0.1", "--journal", str(self.journal), *self.extra]
@@ -63,7 +68,6 @@ class OperatorProcess:
         env.pop("KUBERNETES_SERVICE_HOST", None)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        wait_for("the operator's /healthz", self._healthy, timeout=60)
 
     def _healthy(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

@@ -12,16 +12,9 @@ from kubernetes.client.exceptions import ApiException
 
 from mqbalance.testing import kubelet
 from mqbalance.testing.cluster import LocalCluster
-from tests.integration.operator_support import REPO, OperatorProcess, wait_for
+from tests.integration.operator_support import OperatorProcess, wait_for
 
 ZONES = ("zone-a", "zone-b", "zone-c")
-
-
-@pytest.fixture(scope="session")
-def crds(cluster: LocalCluster) -> None:
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from mqbalance.model import MessageQueue
 from mqbalance.operator.spec import parse_topic
 from mqbalance.testing import kubelet
 from mqbalance.testing.cluster import LocalCluster
-from tests.integration.operator_support import REPO, apply_topic
+from tests.integration.operator_support import apply_topic
 from tests.integration.reliability.reliability_support import GenerationWatcher, KillableOperator
 
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -30,13 +30,6 @@ TOPICS: dict[str, list[dict[str, object]]] = {
     ],
     "payments": [{"name": "broker-c", "zone": "zone-c", "readQueueNums": 5, "writeQueueNums": 6}],
 }
-
-
-@pytest.fixture(scope="session")
-def crds(cluster: LocalCluster) -> None:
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,10 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError
 from mqbalance.model import MessageQueue
 from mqbalance.testing import kubelet
-from mqbalance.testing.cluster import free_port
 from tests.integration.invariants import assignment_problems
 from tests.integration.operator_support import (
-    REPO,
     OperatorProcess,
     condition,
     read_document,
@@ -41,15 +37,7 @@ class KillableOperator(OperatorProcess):
 
     def start_detached(self) -> None:
         """Start without waiting for /healthz (so a kill can land in the middle of start-up)."""
-        self.port = free_port()
-        argv = [sys.executable, "-m", "mqbalance", "operator", "--metrics-port", str(self.port)]
-        argv += ["--metrics-host", "127.0.0.1", "--journal", str(self.journal), *self.extra]
-        for ns in self.namespaces:
-            argv += ["--namespace", ns]
-        env = {**self.cluster.env, "PYTHONUNBUFFERED": "1"}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        self.spawn()
 
     def wait_healthy(self) -> None:
         wait_for("the operator's /healthz", self._healthy, timeout=60)

@@ -1,4 +1,4 @@
-"""Fixtures of the sidecar's integration tests: CRDs and a sidecar process factory."""
+"""Fixtures of the sidecar's integration tests: a sidecar process factory."""
 
 from __future__ import annotations
 
@@ -9,14 +9,6 @@ import pytest
 
 from mqbalance.testing.cluster import LocalCluster
 from tests.integration.sidecar.sidecar_process import SidecarProcess
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="session")
-def sidecar_crds(cluster: LocalCluster) -> None:
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/topics.mqbalance.io", "--timeout=60s")
 
 
 @pytest.fixture

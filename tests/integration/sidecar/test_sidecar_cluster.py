@@ -100,7 +100,7 @@ class Poll(threading.Thread):
 def test_sidecar_serves_follows_rebalances_and_survives_an_api_restart(
     cluster: LocalCluster,
     namespace: str,
-    sidecar_crds: None,
+    crds: None,
     start_sidecar: StartSidecar,
 ) -> None:
     api(
