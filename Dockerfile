@@ -14,9 +14,6 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mqbalance/ mqbalance/
-COPY operator/ operator/
-COPY sidecar/ sidecar/
-COPY pipeline/ pipeline/
 RUN python -m venv /opt/mqbalance \
  && /opt/mqbalance/bin/pip install --no-compile . \
  && /opt/mqbalance/bin/python -m compileall -q /opt/mqbalance/lib

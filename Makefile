@@ -29,13 +29,13 @@ control-plane:
 	bash hack/build-control-plane.sh
 
 demo: venv control-plane
-	$(BIN)/mqbalance demo
+	$(BIN)/python -m harness.demo
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p mqbalance
-	$(BIN)/mypy tests bench
+	$(BIN)/mypy harness tests bench
 
 format: venv
 	$(BIN)/ruff check --fix .

@@ -1,6 +1,6 @@
 """Shared helpers of the benchmarks that run against the local control plane.
 
-A bench starts a :class:`~mqbalance.testing.cluster.LocalCluster`, runs the operator
+A bench starts a :class:`~harness.cluster.LocalCluster`, runs the operator
 (and sidecars) as subprocesses the way they run in pods, and watches ConfigMaps with
 a raw HTTP watch (no model classes: the observer should cost the two shared cores as
 little as possible). Tables are printed as Markdown so they paste into
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from harness.cluster import LocalCluster, free_port
 from mqbalance.operator.kubeapi import ApiError, KubeApi, load_client
-from mqbalance.testing.cluster import LocalCluster, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "mqbalance.io", "v1alpha1"

@@ -16,8 +16,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "operator": ("mqbalance.operator.main", "run the Kubernetes operator"),
     "sidecar": ("mqbalance.sidecar.main", "run the per-pod assignment and producer sidecar"),
     "replay": ("mqbalance.pipeline.main", "replay rebalance history through every strategy (PySpark)"),
-    "demo": ("mqbalance.testing.demo", "run the local demo on a throw-away control plane"),
-    "cluster": ("mqbalance.testing.cluster", "start a local control plane for development"),
 }
 
 

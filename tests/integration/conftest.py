@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from mqbalance.testing.cluster import LocalCluster
+from harness.cluster import LocalCluster
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]

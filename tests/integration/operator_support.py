@@ -15,9 +15,9 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from harness.cluster import LocalCluster, free_port
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.journal import JournalRecord
-from mqbalance.testing.cluster import LocalCluster, free_port
 
 GROUP, VERSION = "mqbalance.io", "v1alpha1"
 REPO = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 import mqbalance
-from mqbalance.testing import kubelet
-from mqbalance.testing.cluster import LocalCluster
+from harness import kubelet
+from harness.cluster import LocalCluster
 
 # Generous: the machine is shared and may be busy.
 DEADLINE = 60.0
@@ -319,7 +319,7 @@ def test_cli_up_prints_kubeconfig_and_stops_on_ctrl_c(cluster: LocalCluster, tmp
     stderr_path = tmp_path / "up.stderr"
     with stderr_path.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mqbalance.testing.cluster", "up", "--dir", str(workdir)],
+            [sys.executable, "-m", "harness.cluster", "up", "--dir", str(workdir)],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

@@ -1,22 +1,26 @@
-"""`mqbalance demo` runs end to end and shows the assignments, the moves and what the sidecar serves."""
+"""The demo (`make demo`) runs end to end and shows the assignments, the moves and what the sidecar serves."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def demo_output() -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "mqbalance", "demo", "--timeout", "60"],
+        [sys.executable, "-m", "harness.demo", "--timeout", "60"],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout

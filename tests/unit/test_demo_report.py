@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from harness import demo_report
 from mqbalance.document import AssignmentDocument
 from mqbalance.model import MessageQueue
-from mqbalance.testing import demo_report
 
 
 def q(broker: str, queue_id: int, topic: str = "orders") -> MessageQueue:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from harness.cluster import default_bin_dir
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.sidecar.metrics import SidecarMetrics
-from mqbalance.testing.cluster import default_bin_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "mqbalance" / "files" / "prometheus-rules.yaml"

@@ -9,7 +9,7 @@ import mqbalance
 
 FORBIDDEN = ("kubernetes", "kopf", "aiohttp", "pyspark", "pandas", "pyarrow", "prometheus_client")
 # Parts of the package that are edges, not core.
-EDGES = ("operator", "sidecar", "pipeline", "testing")
+EDGES = ("operator", "sidecar", "pipeline")
 ROOT = Path(mqbalance.__file__).parent
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mqbalance.testing.cluster import ensure_binaries
+from harness.cluster import ensure_binaries
 
 
 @pytest.fixture(scope="session")

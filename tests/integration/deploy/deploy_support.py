@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from mqbalance.testing.cluster import LocalCluster
+from harness.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "mqbalance"

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from harness.cluster import LocalCluster, free_port
+from harness.kubelet import create_node, start_pods
+from harness.polling import wait_for
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
-from mqbalance.testing.cluster import LocalCluster, free_port
-from mqbalance.testing.kubelet import create_node, start_pods
-from mqbalance.testing.polling import wait_for
 from tests.integration.deploy.deploy_support import (
     CHART,
     REPO,

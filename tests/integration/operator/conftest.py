@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from mqbalance.testing import kubelet
-from mqbalance.testing.cluster import LocalCluster
+from harness import kubelet
+from harness.cluster import LocalCluster
 from tests.integration.operator_support import OperatorProcess, wait_for
 
 ZONES = ("zone-a", "zone-b", "zone-c")

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from harness import kubelet
 from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategySpec, Zones
 from mqbalance.operator.spec import parse_group, parse_topic
 from mqbalance.strategies import allocate
-from mqbalance.testing import kubelet
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
     apply_group,

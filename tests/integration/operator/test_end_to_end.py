@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 from kubernetes import client
 
+from harness import kubelet
+from harness.cluster import LocalCluster
 from mqbalance.document import AssignmentDocument
-from mqbalance.testing import kubelet
-from mqbalance.testing.cluster import LocalCluster
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
     REPO,

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from harness import kubelet
 from mqbalance.operator.spec import parse_topic
-from mqbalance.testing import kubelet
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
     OperatorProcess,

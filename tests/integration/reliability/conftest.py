@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from harness import kubelet
+from harness.cluster import LocalCluster
 from mqbalance.model import MessageQueue
 from mqbalance.operator.spec import parse_topic
-from mqbalance.testing import kubelet
-from mqbalance.testing.cluster import LocalCluster
 from tests.integration.operator_support import apply_topic
 from tests.integration.reliability.reliability_support import GenerationWatcher, KillableOperator
 

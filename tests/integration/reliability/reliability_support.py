@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from harness import kubelet
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError
 from mqbalance.model import MessageQueue
-from mqbalance.testing import kubelet
 from tests.integration.invariants import assignment_problems
 from tests.integration.operator_support import (
     OperatorProcess,

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from harness import kubelet
+from harness.cluster import LocalCluster
 from mqbalance.document import configmap_name
 from mqbalance.model import MessageQueue
-from mqbalance.testing import kubelet
-from mqbalance.testing.cluster import LocalCluster
 from tests.integration.operator_support import apply_group, wait_for
 from tests.integration.reliability.reliability_support import (
     Churn,

@@ -12,8 +12,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from harness import kubelet
 from mqbalance.model import MessageQueue
-from mqbalance.testing import kubelet
 from tests.integration.operator_support import (
     GROUP,
     VERSION,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mqbalance.testing.cluster import ensure_binaries
+from harness.cluster import ensure_binaries
 from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[3]

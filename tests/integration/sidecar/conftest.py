@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mqbalance.testing.cluster import LocalCluster
+from harness.cluster import LocalCluster
 from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 

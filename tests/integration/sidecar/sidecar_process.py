@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.cluster import free_port
+from harness.polling import wait_for
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.sidecar.client import SidecarClient, SidecarError
-from mqbalance.testing.cluster import free_port
-from mqbalance.testing.polling import wait_for
 
 
 def configmap_body(group: str, doc: AssignmentDocument) -> dict[str, object]:

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.cluster import LocalCluster
+from harness.polling import wait_for
 from mqbalance.document import AssignmentDocument
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError
-from mqbalance.testing.cluster import LocalCluster
-from mqbalance.testing.polling import wait_for
 from tests.integration.sidecar.sidecar_process import SidecarProcess, configmap_body
 
 POD = "orders-5d8f-abcde"

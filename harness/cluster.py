@@ -3,14 +3,14 @@
 The binaries are built once by ``hack/build-control-plane.sh`` into a per-user cache (see
 docs/local-cluster.md). Everything listens on 127.0.0.1 only, on free ports, so several
 clusters can run side by side. There is no kubelet and no scheduler: tests act those out
-with :mod:`mqbalance.testing.kubelet`.
+with :mod:`harness.kubelet`.
 
 Only the standard library is imported here, so importing this module is cheap.
 
 Command line::
 
-    python -m mqbalance.testing.cluster up [--dir DIR]   # start, print KUBECONFIG, wait for Ctrl-C
-    python -m mqbalance.testing.cluster build            # build or reuse the binaries
+    python -m harness.cluster up [--dir DIR]   # start, print KUBECONFIG, wait for Ctrl-C
+    python -m harness.cluster build            # build or reuse the binaries
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ DISABLED_CONTROLLERS = (
 # TaintNodesByCondition would taint every new Node not-ready forever without a kubelet.
 DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
 
-_BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "build-control-plane.sh"
+_BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-control-plane.sh"
 _REQUIRED = ("kube-apiserver", "kube-controller-manager", "kubectl")
 # On SIGTERM kube-apiserver closes its port at once but then waits up to 60 s for open
 # watches to end; nothing here needs that drain.
@@ -766,7 +766,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mqbalance.testing.cluster", description="A real local Kubernetes control plane."
+        prog="python -m harness.cluster", description="A real local Kubernetes control plane."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a cluster, print `export KUBECONFIG=...`, wait for Ctrl-C")

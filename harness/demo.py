@@ -1,4 +1,4 @@
-"""``mqbalance demo``: the whole system on a throw-away local control plane.
+"""The local demo (`make demo`): the whole system on a throw-away local control plane.
 
 Builds or reuses the control plane (kube-apiserver, etcd, kube-controller-manager), installs
 the CRDs, applies examples/topic.yaml (three brokers in three zones) and
@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from harness import demo_report, polling
+from harness.cluster import ClusterError, LocalCluster, free_port
 from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
 from mqbalance.model import MessageQueue
-from mqbalance.testing import demo_report, polling
-from mqbalance.testing.cluster import ClusterError, LocalCluster, free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
 EXAMPLES = REPO / "examples"
 NAMESPACE = "mqbalance-demo"
@@ -120,7 +120,7 @@ class Demo:
             self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / name))
 
     def create_nodes(self) -> list[str]:
-        from mqbalance.testing.kubelet import create_node
+        from harness.kubelet import create_node
 
         nodes = [f"node-{zone}" for zone in ZONES]
         for node, zone in zip(nodes, ZONES, strict=True):
@@ -129,7 +129,7 @@ class Demo:
         return nodes
 
     def start_pod(self, index: int, node: str) -> str:
-        from mqbalance.testing.kubelet import bind_pod, create_pod, set_pod_ready
+        from harness.kubelet import bind_pod, create_pod, set_pod_ready
 
         name = f"{GROUP}-{index}"
         create_pod(self.api, NAMESPACE, name, APP_LABELS)
@@ -138,7 +138,7 @@ class Demo:
         return name
 
     def delete_pod(self, name: str) -> None:
-        from mqbalance.testing.kubelet import delete_pod
+        from harness.kubelet import delete_pod
 
         delete_pod(self.api, NAMESPACE, name)
 
@@ -318,7 +318,7 @@ def _workdir(keep: Path | None) -> Iterator[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="mqbalance demo",
+        prog="python -m harness.demo",
         description="Run the operator and a sidecar on a throw-away local control plane, scale a consumer "
         "group up and down, and print the assignments and the queues that moved.",
     )
@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [p for p in (CRDS, EXAMPLES / "topic.yaml", EXAMPLES / "consumergroup.yaml") if not p.exists()]
     if missing:
         print(
-            f"mqbalance demo runs from a source checkout: {', '.join(map(str, missing))} not found. "
+            f"the demo runs from a source checkout: {', '.join(map(str, missing))} not found. "
             "Clone the repository and run `make demo` there.",
             file=sys.stderr,
         )

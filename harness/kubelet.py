@@ -1,6 +1,6 @@
 """Act out what kubelets and the scheduler would do, against a real API server.
 
-The local control plane (:mod:`mqbalance.testing.cluster`) runs no kubelet and no scheduler.
+The local control plane (:mod:`harness.cluster`) runs no kubelet and no scheduler.
 These helpers create Nodes with zone labels, create Pods, bind them with the ``binding``
 subresource and patch their status to Running/Ready, so membership looks as it would in a
 real cluster. They use the synchronous ``kubernetes`` client and take an ``ApiClient``.
@@ -49,7 +49,7 @@ def _node_conditions(ready: bool) -> list[dict[str, Any]]:
             "type": "Ready",
             "status": "True" if ready else "False",
             "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "acted out by mqbalance.testing.kubelet",
+            "message": "acted out by harness.kubelet",
             "lastHeartbeatTime": now,
             "lastTransitionTime": now,
         }

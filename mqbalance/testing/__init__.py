@@ -1,1 +1,0 @@
-"""Test support: a real local Kubernetes control plane and kubelet stand-ins."""
