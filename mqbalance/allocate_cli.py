@@ -5,7 +5,7 @@ Modelled on RocketMQ's ``mqadmin allocateMQ``. A request::
     {"strategy": "AVG", "topic": "TopicTest",
      "queues": [["broker-a", 0], ["broker-a", 1]], "consumers": ["c1", "c2"]}
 
-Optional fields: ``virtualNodes`` (CONSISTENT_HASH, default 10), ``inner``
+Optional fields: ``virtualNodes`` (CONSISTENT_HASH, 1 to 1000, default 10), ``inner``
 (MACHINE_ROOM_NEARBY: AVG, AVG_BY_CIRCLE or CONSISTENT_HASH, default AVG),
 ``consumerIdcs`` (MACHINE_ROOM), ``brokerZones`` / ``consumerZones`` (``{name: zone}``),
 ``config`` (CONFIG: ``{consumer: [[broker, queueId], ...]}``), ``previous`` (the last
@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from mqbalance.model import (
+    DEFAULT_VIRTUAL_NODES,
     INNER_STRATEGIES,
     MessageModel,
     MessageQueue,
     StrategyName,
     StrategySpec,
     Zones,
+    check_virtual_nodes,
     sort_queues,
 )
 from mqbalance.quality import measure
@@ -146,9 +148,10 @@ def parse_request(data: Any) -> Request:
         _string(name, "name")
     strategy = StrategyName(_choice(request["strategy"], "strategy", StrategyName))
     topic = _string(request.get("topic", DEFAULT_TOPIC), "topic")
-    virtual_nodes = request.get("virtualNodes", 10)
-    if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int) or virtual_nodes < 0:
-        raise RequestError(f"virtualNodes must be a non-negative integer, got {json.dumps(virtual_nodes)}")
+    try:
+        virtual_nodes = check_virtual_nodes(request.get("virtualNodes", DEFAULT_VIRTUAL_NODES))
+    except ValueError as e:
+        raise RequestError(str(e)) from None
     inner = StrategyName(_choice(request.get("inner", "AVG"), "inner", INNER_STRATEGIES))
     idcs = frozenset(
         _string(idc, "an entry of consumerIdcs")

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqbalance.document import DocumentError, decode_queue_map, encode_queue_map
-from mqbalance.model import Assignment, MessageQueue, StrategyName, StrategySpec, sort_queues
+from mqbalance.model import (
+    DEFAULT_VIRTUAL_NODES,
+    Assignment,
+    MessageQueue,
+    StrategyName,
+    StrategySpec,
+    check_virtual_nodes,
+    sort_queues,
+)
 
 KIND = "mqbalance.rebalance"
 """Value of the ``kind`` field that marks a journal line among other log lines."""
@@ -56,9 +64,7 @@ def strategy_from_json(data: Any) -> StrategySpec:
     if config_raw:
         # CONFIG queues carry no topic of their own; the allocation fills it in.
         config = dict(decode_queue_map("", config_raw))
-    virtual_nodes = data.get("virtualNodes", 10)
-    if not isinstance(virtual_nodes, int) or virtual_nodes < 1:
-        raise ValueError(f"virtualNodes must be a positive integer, got {virtual_nodes!r}")
+    virtual_nodes = check_virtual_nodes(data.get("virtualNodes", DEFAULT_VIRTUAL_NODES))
     idcs = data.get("consumerIdcs", [])
     if not isinstance(idcs, list) or not all(isinstance(i, str) for i in idcs):
         raise ValueError("consumerIdcs must be a list of strings")

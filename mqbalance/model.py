@@ -129,13 +129,34 @@ class StrategyName(enum.StrEnum):
 INNER_STRATEGIES = (StrategyName.AVG, StrategyName.AVG_BY_CIRCLE, StrategyName.CONSISTENT_HASH)
 """Strategies MACHINE_ROOM_NEARBY may delegate to inside a zone."""
 
+DEFAULT_VIRTUAL_NODES = 10
+MIN_VIRTUAL_NODES = 1
+MAX_VIRTUAL_NODES = 1000
+"""CONSISTENT_HASH's virtual nodes per consumer, the same bounds everywhere (the CRD, the journal,
+``mqbalance allocate``). RocketMQ also accepts 0, which routes every queue to nobody; more than
+1000 only makes the ring bigger."""
+
+
+def check_virtual_nodes(value: object) -> int:
+    """``value`` if it is an integer within the bounds; else ValueError saying what to give."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MIN_VIRTUAL_NODES <= value <= MAX_VIRTUAL_NODES
+    ):
+        raise ValueError(
+            f"virtualNodes must be an integer from {MIN_VIRTUAL_NODES} to {MAX_VIRTUAL_NODES} "
+            f"(default {DEFAULT_VIRTUAL_NODES}), got {value!r}"
+        )
+    return value
+
 
 @dataclass(frozen=True)
 class StrategySpec:
     """A strategy and its parameters, as a ConsumerGroup or an allocate request names them."""
 
     name: StrategyName
-    virtual_nodes: int = 10
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
     """CONSISTENT_HASH (also as the inner strategy of MACHINE_ROOM_NEARBY)."""
     inner: StrategyName = StrategyName.AVG
     """MACHINE_ROOM_NEARBY: the strategy used inside each zone."""
@@ -145,6 +166,9 @@ class StrategySpec:
     """CONFIG: the explicit queues of each consumer."""
     zone_affinity: bool = False
     """STICKY: place queues in their broker's zone where balance allows."""
+
+    def __post_init__(self) -> None:
+        check_virtual_nodes(self.virtual_nodes)
 
 
 Assignment = Mapping[str, tuple[MessageQueue, ...]]

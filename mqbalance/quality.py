@@ -5,8 +5,10 @@ Definitions (STICKY is built to meet ``minimum_moves`` exactly):
 - a queue *moved* when it was held before and is held now, and none of its holders now
   held it before; a queue nobody held before is new, never a move;
 - a move is *forced* when none of the queue's previous holders is still a member;
-- ``minimum_moves`` is the fewest moves any balanced assignment (loads differing by at
-  most one) of the current queues over the current members allows from ``previous``;
+- *balanced* means loads differ by at most one in every topic (``topic_spread`` <= 1) and in
+  total over all topics (``spread`` <= 1), which any group allows (STICKY meets both);
+- ``minimum_moves`` is the fewest moves any balanced assignment of the current queues over
+  the current members allows from ``previous``;
 - ``cross_zone`` counts holdings whose consumer's zone differs from the broker's zone.
 
 In BROADCASTING every member holds every queue, so nothing moves: ``moved``, ``forced``
@@ -32,9 +34,11 @@ class Figures:
     forced: int
     minimum_moves: int
     spread: int
-    """max_load - min_load."""
+    """max_load - min_load: the members' loads counting every topic's queues together."""
     min_load: int
     max_load: int
+    topic_spread: int
+    """The largest spread within one topic (most minus fewest of its queues held by one member)."""
     cross_zone: int
     unassigned: int
     """Queues nobody holds."""
@@ -85,6 +89,18 @@ def measure(
     now = _holders(current)
     queue_set = set(now) if queues is None else set(queues)
     loads = [len(share) for share in current.values()] or [0]
+    per_topic: dict[str, dict[str, int]] = {}
+    for consumer, share in current.items():
+        for mq in share:
+            topic_loads = per_topic.setdefault(mq.topic, {})
+            topic_loads[consumer] = topic_loads.get(consumer, 0) + 1
+    topic_spread = max(
+        (
+            max(topic_loads.values()) - (min(topic_loads.values()) if len(topic_loads) == len(current) else 0)
+            for topic_loads in per_topic.values()
+        ),
+        default=0,
+    )
     cross_zone = sum(
         1
         for consumer, share in current.items()
@@ -110,6 +126,7 @@ def measure(
         spread=max(loads) - min(loads),
         min_load=min(loads),
         max_load=max(loads),
+        topic_spread=topic_spread,
         cross_zone=cross_zone,
         unassigned=sum(1 for mq in queue_set if mq not in now),
     )

@@ -81,6 +81,7 @@ class GroupState:
             members=int(status.get("members", 0)),
             queues=int(status.get("queues", 0)),
             imbalance=int(status.get("maxLoad", 0)) - int(status.get("minLoad", 0)),
+            topic_imbalance=int(status.get("topicSpread", 0)),
             cross_zone_queues=int(status.get("crossZoneQueues", 0)),
             unassigned_queues=int(status.get("unassignedQueues", 0)),
             generation=int(status.get("assignmentGeneration", 0)),
@@ -122,9 +123,11 @@ class Controller:
         old = self.pods.put(namespace, info) if info is not None else self.pods.remove(namespace, name)
         if old == info or not self.synced.is_set():
             return  # before the first listing is whole no group has reconciled: nothing to poke
-        labels = {**(old.labels if old else {}), **(info.labels if info else {})}
+        # Each version alone: a pod can start matching because a label went away (DoesNotExist,
+        # NotIn), which the union of its old and new labels would hide.
+        versions = [pod.labels for pod in (old, info) if pod is not None]
         for state in self._in_namespace(namespace):
-            if state.concerns_pod(name, labels) or (old is not None and state.concerns_pod(name, old.labels)):
+            if any(state.concerns_pod(name, labels) for labels in versions):
                 state.poke()
 
     def on_node(self, name: str, labels: Mapping[str, str] | None) -> None:

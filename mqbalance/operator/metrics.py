@@ -30,7 +30,9 @@ class GroupGauges:
     members: int
     queues: int
     imbalance: int
-    """max load - min load, in queues."""
+    """max load - min load over all of the group's topics, in queues."""
+    topic_imbalance: int
+    """The largest max load - min load within one topic, in queues."""
     cross_zone_queues: int
     unassigned_queues: int
     generation: int
@@ -45,7 +47,16 @@ GROUP_GAUGES = (
         "members",
     ),
     ("mqbalance_group_queues", "Readable queues of all topics the group subscribes to.", "queues"),
-    ("mqbalance_group_imbalance", "Most minus fewest queues held by one member.", "imbalance"),
+    (
+        "mqbalance_group_imbalance",
+        "Most minus fewest queues held by one member, counting all of the group's topics together.",
+        "imbalance",
+    ),
+    (
+        "mqbalance_group_topic_imbalance",
+        "Most minus fewest queues of one topic held by one member, for the group's most uneven topic.",
+        "topic_imbalance",
+    ),
     (
         "mqbalance_group_cross_zone_queues",
         "Queues held by a member outside their broker's zone.",

@@ -31,7 +31,7 @@ from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue
 from mqbalance.operator.membership import PodInfo, members
 from mqbalance.operator.spec import GroupSpec, SpecError, parse_group, parse_topic, unknown_config_queues
 from mqbalance.quality import Figures, measure
-from mqbalance.strategies import AllocationError, allocate
+from mqbalance.strategies import AllocationError, allocate_group
 
 CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
 
@@ -102,26 +102,30 @@ def reconcile(obs: Observed) -> Outcome:
         return _invalid(obs, reason, str(e), member_zones, spec)
 
     started = time.perf_counter()
-    topics: dict[str, dict[str, tuple[MessageQueue, ...]]] = {}
-    queues: dict[str, list[MessageQueue]] = {}
+    queues = {route.topic: route.readable_queues() for route in routes}
     broker_zones: dict[str, str] = {}
     for route in routes:
         broker_zones.update(route.broker_zones())
     zones = Zones(brokers=broker_zones, consumers=member_zones)
-    for route in routes:
-        queues[route.topic] = route.readable_queues()
-        previous = obs.previous.topics.get(route.topic) if obs.previous else None
-        try:
-            topics[route.topic] = allocate(
-                spec.strategy,
-                queues[route.topic],
-                member_zones,
-                zones=zones,
-                previous=previous,
-                message_model=spec.message_model,
-            )
-        except AllocationError as e:
-            return _invalid(obs, "AllocationFailed", f"topic {route.topic!r}: {e}", member_zones, spec)
+    previous = merged(obs.previous.topics, obs.previous.members) if obs.previous else None
+    try:
+        topics = allocate_group(
+            spec.strategy,
+            {topic: qs for topic, qs in queues.items() if qs},
+            member_zones,
+            zones=zones,
+            previous=previous,
+            message_model=spec.message_model,
+        )
+    except AllocationError as e:
+        return _invalid(obs, "AllocationFailed", str(e), member_zones, spec)
+    # A topic with no readable queue keeps its last assignment, as a RocketMQ client keeps its
+    # queues when the route offers none (its strategy refuses an empty queue list).
+    empty = sorted(topic for topic, qs in queues.items() if not qs)
+    for topic in empty:
+        kept = obs.previous.topics.get(topic, {}) if obs.previous else {}
+        topics[topic] = {member: tuple(kept.get(member, ())) for member in member_zones}
+    topics = {route.topic: topics[route.topic] for route in routes}
     compute_seconds = time.perf_counter() - started
 
     generation = (
@@ -140,19 +144,27 @@ def reconcile(obs: Observed) -> Outcome:
         broker_zones=broker_zones,
     )
     all_queues = [mq for qs in queues.values() for mq in qs]
+    all_queues += [mq for topic in empty for qs in topics[topic].values() for mq in qs]
     current = merged(topics, member_zones)
     changed = not candidate.same_assignment(obs.previous)
     before = merged(obs.previous.topics, obs.previous.members) if changed and obs.previous else None
     figures = measure(before, current, zones=zones, queues=all_queues, message_model=spec.message_model)
     warnings = unknown_config_queues(spec.strategy, {r.topic: r for r in routes})
+    recovered = (
+        (Note("Normal", "SpecValid", "the spec can be honoured again"),)
+        if condition_status(obs.status, "Invalid") == "True"
+        else ()
+    )
 
     if not changed:
         assert obs.previous is not None
-        status = _status(obs, obs.previous.generation, figures, current, member_zones, spec, warnings, None)
-        return Outcome(None, status, members=member_zones, spec=spec)
+        status = _status(
+            obs, obs.previous.generation, figures, current, member_zones, spec, warnings, empty, None
+        )
+        return Outcome(None, status, recovered, members=member_zones, spec=spec)
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
-    status = _status(obs, generation, figures, current, member_zones, spec, warnings, last)
+    status = _status(obs, generation, figures, current, member_zones, spec, warnings, empty, last)
     record = JournalRecord(
         namespace=obs.namespace,
         group=spec.group_name,
@@ -172,10 +184,8 @@ def reconcile(obs: Observed) -> Outcome:
         f"published generation {generation} ({reason}): {figures.members} members, {figures.queues} queues, "
         f"loads {figures.min_load}-{figures.max_load}, {figures.moved} moved, {figures.cross_zone} cross-zone"
     )
-    notes = [Note("Normal", "Rebalanced", message)]
-    if condition_status(obs.status, "Invalid") == "True":
-        notes.insert(0, Note("Normal", "SpecValid", "the spec can be honoured again"))
-    return Outcome(candidate, status, tuple(notes), record, figures, member_zones, spec)
+    notes = (*recovered, Note("Normal", "Rebalanced", message))
+    return Outcome(candidate, status, notes, record, figures, member_zones, spec)
 
 
 def merged(
@@ -278,6 +288,7 @@ def _status(
     member_zones: Mapping[str, str],
     spec: GroupSpec,
     warnings: list[str],
+    empty: list[str],
     last_rebalance: dict[str, Any] | None,
 ) -> dict[str, Any]:
     zones: dict[str, int] = {}
@@ -312,9 +323,25 @@ def _status(
         conds = set_condition(
             conds, "Balanced", "True", "Broadcasting", "every member holds every queue", now, gen
         )
-    elif f.spread <= 1:
+    elif f.spread <= 1 and f.topic_spread <= 1:
         conds = set_condition(
-            conds, "Balanced", "True", "EvenLoads", f"loads {f.min_load}-{f.max_load} queues", now, gen
+            conds,
+            "Balanced",
+            "True",
+            "EvenLoads",
+            f"loads {f.min_load}-{f.max_load} queues over all topics; each topic within one",
+            now,
+            gen,
+        )
+    elif f.topic_spread > 1:
+        conds = set_condition(
+            conds,
+            "Balanced",
+            "False",
+            "UnevenTopicLoads",
+            f"within one topic, members' loads differ by up to {f.topic_spread} queues",
+            now,
+            gen,
         )
     else:
         conds = set_condition(
@@ -322,7 +349,8 @@ def _status(
             "Balanced",
             "False",
             "UnevenLoads",
-            f"loads range from {f.min_load} to {f.max_load} queues",
+            f"each topic is within one, but loads over all topics range from {f.min_load} to "
+            f"{f.max_load} queues (STICKY balances the total too)",
             now,
             gen,
         )
@@ -337,6 +365,13 @@ def _status(
     if f.members and spec.message_model is MessageModel.CLUSTERING and f.members > f.queues:
         problems.append(
             ("IdleMembers", f"{f.members} members for {f.queues} queues: {idle} members hold none")
+        )
+    if empty:
+        problems.append(
+            (
+                "NoReadableQueues",
+                f"topic(s) {', '.join(empty)} have no readable queue; their last assignment stays",
+            )
         )
     if warnings:
         problems.append(
@@ -357,6 +392,7 @@ def _status(
         "queues": f.queues,
         "minLoad": f.min_load,
         "maxLoad": f.max_load,
+        "topicSpread": f.topic_spread,
         "crossZoneQueues": f.cross_zone,
         "unassignedQueues": f.unassigned,
         "unknownZoneMembers": sorted(m for m, z in member_zones.items() if z == UNKNOWN_ZONE),

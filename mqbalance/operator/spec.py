@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqbalance.model import (
+    DEFAULT_VIRTUAL_NODES,
     PERM_READ_WRITE,
     UNKNOWN_ZONE,
     Broker,
@@ -21,7 +22,9 @@ from mqbalance.model import (
     StrategyName,
     StrategySpec,
     TopicRoute,
+    check_virtual_nodes,
 )
+from mqbalance.strategies.config import config_conflicts
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
 MAX_GROUP_NAME = 63
@@ -200,11 +203,10 @@ def parse_strategy(data: Mapping[str, Any], model: MessageModel) -> StrategySpec
     inner = _strategy_name(data.get("inner") or StrategyName.AVG, "spec.strategy.inner")
     if inner not in (StrategyName.AVG, StrategyName.AVG_BY_CIRCLE, StrategyName.CONSISTENT_HASH):
         raise SpecError(f"spec.strategy.inner is {inner}; use AVG, AVG_BY_CIRCLE or CONSISTENT_HASH")
-    virtual_nodes = data.get("virtualNodes", 10)
-    if not isinstance(virtual_nodes, int) or isinstance(virtual_nodes, bool) or virtual_nodes < 1:
-        raise SpecError(
-            f"spec.strategy.virtualNodes is {virtual_nodes!r}; use a positive integer (default 10)"
-        )
+    try:
+        virtual_nodes = check_virtual_nodes(data.get("virtualNodes", DEFAULT_VIRTUAL_NODES))
+    except ValueError as e:
+        raise SpecError(f"spec.strategy.{e}") from None
     idcs = data.get("consumerIdcs") or []
     if not isinstance(idcs, list) or not all(isinstance(i, str) and i for i in idcs):
         raise SpecError("spec.strategy.consumerIdcs must be a list of idc names")
@@ -231,7 +233,6 @@ def _parse_config(data: Any, model: MessageModel) -> dict[str, tuple[MessageQueu
     if not isinstance(data, Mapping):
         raise SpecError("spec.strategy.config must map member pod names to lists of {broker, queueId}")
     out: dict[str, tuple[MessageQueue, ...]] = {}
-    holder: dict[MessageQueue, str] = {}
     for member, queues in sorted(data.items()):
         if not isinstance(queues, list):
             raise SpecError(f"spec.strategy.config[{member!r}] must be a list of {{broker, queueId}}")
@@ -243,14 +244,14 @@ def _parse_config(data: Any, model: MessageModel) -> dict[str, tuple[MessageQueu
             qid = q.get("queueId")
             if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
                 raise SpecError(f"{at}.queueId must be an integer of 0 or more")
-            mq = MessageQueue("", q["broker"], qid)
-            if model is MessageModel.CLUSTERING and holder.setdefault(mq, member) != member:
-                raise SpecError(
-                    f"spec.strategy.config gives queue {q['broker']}/{qid} to both {holder[mq]!r} and "
-                    f"{member!r}; in CLUSTERING every queue has one owner, so keep it under one member"
-                )
-            parsed.append(mq)
+            parsed.append(MessageQueue("", q["broker"], qid))
         out[str(member)] = tuple(parsed)
+    conflicts = config_conflicts(out) if model is MessageModel.CLUSTERING else []
+    if conflicts:
+        raise SpecError(
+            f"spec.strategy.config gives queue {conflicts[0]} to more than one member; in CLUSTERING "
+            "every queue has one owner, so keep it under one member"
+        )
     return out
 
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from mqbalance.model import Assignment, MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.pipeline.events import Event, sort_events, strategy_spec
 from mqbalance.quality import measure
-from mqbalance.strategies import allocate
+from mqbalance.strategies import allocate_group
 
 CANDIDATES: tuple[StrategySpec, ...] = (
     StrategySpec(StrategyName.AVG),
@@ -49,8 +49,9 @@ CANDIDATE_LABELS: tuple[str, ...] = tuple(strategy_label(s) for s in CANDIDATES)
 
 
 class FigureRow(NamedTuple):
-    """Figures of one event under one strategy, summed over the group's topics
-    (``spread`` and ``max_load``: the worst topic; ``min_load``: the lightest)."""
+    """Figures of one event under one strategy, for the group as a whole (loads count every
+    topic's queues together; ``spread`` is the larger of the total spread and the most uneven
+    topic's, so a value over 1 means not balanced in the sense of ``quality.py``)."""
 
     namespace: str
     group: str
@@ -113,31 +114,16 @@ def _figures(
     model: MessageModel,
     before: dict[str, Assignment],
 ) -> FigureRow:
-    held = moved = forced = least = cross = unassigned = queue_count = spread = max_load = 0
-    min_load: int | None = None
-    for topic, queues in topics.items():
-        try:
-            now = allocate(
-                spec, queues, event.members, zones=zones, previous=before.get(topic), message_model=model
-            )
-        except ValueError as e:
-            raise ReplayError(
-                f"{event.namespace}/{event.group} event {event.seq}, {label}, topic {topic!r}: {e}"
-            ) from e
-        f = measure(before.get(topic), now, zones=zones, queues=queues, message_model=model)
-        before[topic] = now
-        queue_count += f.queues
-        held += sum(len(share) for share in now.values())
-        moved += f.moved
-        forced += f.forced
-        least += f.minimum_moves
-        cross += f.cross_zone
-        unassigned += f.unassigned
-        spread = max(spread, f.spread)
-        max_load = max(max_load, f.max_load)
-        min_load = f.min_load if min_load is None else min(min_load, f.min_load)
-    for gone in set(before) - set(topics):
-        del before[gone]
+    previous = _merged(before.values())
+    try:
+        now = allocate_group(spec, topics, event.members, zones=zones, previous=previous, message_model=model)
+    except ValueError as e:
+        raise ReplayError(f"{event.namespace}/{event.group} event {event.seq}, {label}: {e}") from e
+    current_all = _merged(now.values())
+    queues = [mq for qs in topics.values() for mq in qs]
+    f = measure(previous or None, current_all, zones=zones, queues=queues, message_model=model)
+    before.clear()
+    before.update(now)
     return FigureRow(
         event.namespace,
         event.group,
@@ -147,17 +133,26 @@ def _figures(
         label,
         current,
         len(event.members),
-        queue_count,
-        held,
-        moved,
-        forced,
-        least,
-        spread,
-        min_load or 0,
-        max_load,
-        cross,
-        unassigned,
+        f.queues,
+        sum(len(share) for share in current_all.values()),
+        f.moved,
+        f.forced,
+        f.minimum_moves,
+        max(f.spread, f.topic_spread),
+        f.min_load,
+        f.max_load,
+        f.cross_zone,
+        f.unassigned,
     )
+
+
+def _merged(assignments: Iterable[Assignment]) -> dict[str, tuple[MessageQueue, ...]]:
+    """Each member's queues of every topic (queues carry their topic)."""
+    out: dict[str, list[MessageQueue]] = {}
+    for assignment in assignments:
+        for member, share in assignment.items():
+            out.setdefault(member, []).extend(share)
+    return {member: tuple(share) for member, share in out.items()}
 
 
 def replay(events: Iterable[Event]) -> Iterator[FigureRow]:

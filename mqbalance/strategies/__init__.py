@@ -7,7 +7,7 @@ queues RocketMQ's class would give it (STICKY is mqbalance's own).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from mqbalance.model import (
     INNER_STRATEGIES,
@@ -21,7 +21,7 @@ from mqbalance.model import (
     sort_queues,
 )
 from mqbalance.strategies.avg import Shares, allocate_avg, allocate_avg_by_circle
-from mqbalance.strategies.config import allocate_config
+from mqbalance.strategies.config import allocate_config, config_conflicts
 from mqbalance.strategies.consistent_hash import HashRing, allocate_consistent_hash, md5_hash
 from mqbalance.strategies.machine_room import allocate_machine_room
 from mqbalance.strategies.nearby import EmptyZoneError, InnerStrategy, allocate_nearby
@@ -32,6 +32,7 @@ __all__ = [
     "AllocationError",
     "HashRing",
     "allocate",
+    "allocate_group",
     "max_kept",
     "md5_hash",
 ]
@@ -57,7 +58,7 @@ def allocate(
     """
     ordered_queues = sort_queues(queues)
     ordered_consumers = sort_consumers(consumers)
-    _check(spec, ordered_consumers)
+    _check(spec, ordered_consumers, message_model)
     if message_model == MessageModel.BROADCASTING:
         everything = tuple(ordered_queues)
         return {consumer: everything for consumer in ordered_consumers}
@@ -68,19 +69,55 @@ def allocate(
     return {consumer: tuple(shares.get(consumer, ())) for consumer in ordered_consumers}
 
 
+def allocate_group(
+    spec: StrategySpec,
+    topics: Mapping[str, Iterable[MessageQueue]],
+    consumers: Iterable[str],
+    *,
+    zones: Zones = NO_ZONES,
+    previous: Assignment | None = None,
+    message_model: MessageModel = MessageModel.CLUSTERING,
+) -> dict[str, dict[str, tuple[MessageQueue, ...]]]:
+    """A consumer group's assignment for each of its topics: topic -> consumer -> queues.
+
+    RocketMQ's strategies allocate every topic alone, as each client's RebalanceImpl does
+    for each subscribed topic. STICKY balances the group's total as well: every topic's
+    loads differ by at most one, and so do the members' loads over all topics (see
+    ``sticky.py``). ``previous`` holds the last assignment of every topic (queues carry
+    their topic).
+    """
+    members = sort_consumers(consumers)
+    if spec.name is StrategyName.STICKY and message_model is MessageModel.CLUSTERING and len(topics) > 1:
+        everything = [mq for queues in topics.values() for mq in queues]
+        whole = allocate(spec, everything, members, zones=zones, previous=previous)
+        return {
+            topic: {
+                consumer: tuple(mq for mq in share if mq.topic == topic) for consumer, share in whole.items()
+            }
+            for topic in topics
+        }
+    return {
+        topic: allocate(spec, queues, members, zones=zones, previous=previous, message_model=message_model)
+        for topic, queues in topics.items()
+    }
+
+
 # These hand out subsequences of the sorted queue list, already in RocketMQ's order.
 _IN_ORDER = frozenset(
     {StrategyName.AVG, StrategyName.AVG_BY_CIRCLE, StrategyName.CONSISTENT_HASH, StrategyName.MACHINE_ROOM}
 )
 
 
-def _check(spec: StrategySpec, consumers: list[str]) -> None:
+def _check(spec: StrategySpec, consumers: list[str], message_model: MessageModel) -> None:
     if any(not consumer for consumer in consumers):
         raise AllocationError("a consumer id is empty; every consumer needs a non-empty id")
-    if spec.virtual_nodes < 0:
-        raise AllocationError(
-            f"virtualNodes is {spec.virtual_nodes}; use 0 or more (RocketMQ's default is 10)"
-        )
+    if spec.name == StrategyName.CONFIG and message_model == MessageModel.CLUSTERING:
+        conflicts = config_conflicts(spec.config)
+        if conflicts:
+            raise AllocationError(
+                f"config gives queue {conflicts[0]} to more than one consumer; in CLUSTERING every "
+                "queue has one owner, so keep each queue under one consumer"
+            )
     if spec.name == StrategyName.MACHINE_ROOM_NEARBY and spec.inner not in INNER_STRATEGIES:
         choices = ", ".join(INNER_STRATEGIES)
         raise AllocationError(

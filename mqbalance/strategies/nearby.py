@@ -4,13 +4,20 @@ A zone's queues go to the consumers in that zone, shared by the inner strategy; 
 queues of a zone with no consumer are shared by the inner strategy among all consumers.
 The Java does this for one consumer at a time; doing it per zone for the whole group
 gives every consumer the same queues.
+
+The unknown zone (a pod whose node has no zone label, a broker given no zone) is no
+machine room: RocketMQ refuses to allocate at all when its resolver names none ("Machine
+room is null"), and treating "unknown" as a room of its own would let one unlabelled
+node capture every queue of every zone-less broker. So queues of zone-less brokers are
+shared among all consumers, like a room with no consumer, and zone-less consumers take
+part only in those shares.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from mqbalance.model import MessageQueue, Zones, java_string_key
+from mqbalance.model import UNKNOWN_ZONE, MessageQueue, Zones, java_string_key
 from mqbalance.strategies.avg import Shares
 
 InnerStrategy = Callable[[Sequence[MessageQueue], Sequence[str]], Shares]
@@ -34,7 +41,8 @@ def allocate_nearby(
         zone = zones.of_consumer(consumer)
         if not zone:
             raise EmptyZoneError(f"consumer {consumer!r} has an empty zone")
-        consumers_by_zone.setdefault(zone, []).append(consumer)
+        if zone != UNKNOWN_ZONE:
+            consumers_by_zone.setdefault(zone, []).append(consumer)
 
     shares: Shares = {consumer: [] for consumer in consumers}
     # The Java walks zones in TreeMap (String) order; results are sorted afterwards, so

@@ -36,6 +36,26 @@ keeps the graph to a few nodes per consumer whatever the queue count:
     consumer -> extra -> sink  capacity 1 each, then Q % C in total
 
 The flow is Q, which saturates every sink arc, so the capacities are exactly balanced.
+
+**A group of several topics** is balanced per topic *and* in total: every topic's loads
+differ by at most one, and so do the members' loads over all topics. Balancing each topic
+alone would hand every topic's extra queue to the same first members (RocketMQ's own
+tilt, apache/rocketmq#1945: three topics of 5 queues over 2 members load them 9 and 6).
+Topic t has ``r_t = Q_t % C`` extra slots; over all topics ``R = sum r_t`` of them, and
+total balance means every member takes ``R // C`` or ``R // C + 1``, which is always
+possible (deal the extras out in turn, topic after topic). Which member takes which
+topic's extra slot is then the only choice, and with one previous holder per queue and
+no zones a member gains exactly one kept queue from topic t's extra slot when it held
+more than ``Q_t // C`` of t's queues. ``_choose_extras`` picks the slots with the most
+gains by a small flow (topics x members); the greedy above then places each topic.
+Otherwise the transport network gets a node per (member, topic): its arcs to the sink
+carry the topic's floor, and its extra slot goes through the member's extras node
+
+    (member, topic) -> extras of member   capacity 1
+    extras of member -> sink              capacity R // C, then 1 more at a cost that
+                                          outweighs everything else (only R % C use it)
+
+so the cheapest flow fills every lower bound and keeps both balances exactly.
 """
 
 from __future__ import annotations
@@ -71,7 +91,10 @@ def allocate_sticky(
     zones: Zones = NO_ZONES,
     zone_affinity: bool = False,
 ) -> Shares:
-    """Queues and consumers must be sorted and free of duplicates (the package does that)."""
+    """Queues and consumers must be sorted and free of duplicates (the package does that).
+
+    ``queues`` may hold several topics: each topic is balanced, and so is the total.
+    """
     if not consumers:
         return {}
     holders = previous_holders(previous, consumers)
@@ -80,25 +103,46 @@ def allocate_sticky(
         zone_set = {zones.of_broker(broker) for broker in {mq.broker_name for mq in queues}}
         zone_set.update(zones.of_consumer(c) for c in consumers)
         zone_affinity = len(zone_set) > 1  # one zone: every placement is in-zone
+    topics = by_topic(queues)
     if single_owner and not zone_affinity:
-        return _greedy(queues, consumers, holders)
-    if single_owner:
+        if len(topics) == 1:
+            return _greedy(queues, consumers, holders)
+        extras = _choose_extras(topics, consumers, holders)
+        shares: Shares = {consumer: [] for consumer in consumers}
+        for topic, topic_queues in topics.items():
+            for consumer, share in _greedy(topic_queues, consumers, holders, extras[topic]).items():
+                shares[consumer].extend(share)
+        return shares
+    if single_owner and len(topics) == 1:
         return allocate_zone_sticky(queues, consumers, holders, zones)
     return allocate_transport(queues, consumers, holders, zones, zone_affinity)
 
 
+def by_topic(queues: Sequence[MessageQueue]) -> dict[str, list[MessageQueue]]:
+    """The queues of each topic, in the order given (sorted queues give topics in Java order)."""
+    topics: dict[str, list[MessageQueue]] = {}
+    for mq in queues:
+        topics.setdefault(mq.topic, []).append(mq)
+    return topics
+
+
 def _greedy(
-    queues: Sequence[MessageQueue], consumers: Sequence[str], holders: Mapping[MessageQueue, list[str]]
+    queues: Sequence[MessageQueue],
+    consumers: Sequence[str],
+    holders: Mapping[MessageQueue, list[str]],
+    with_extra: set[int] | None = None,
 ) -> Shares:
+    """One topic; ``with_extra``: indexes of the consumers given the extra slots (default: the best)."""
     kept: dict[str, list[MessageQueue]] = {consumer: [] for consumer in consumers}
     for mq in queues:
         owners = holders.get(mq)
         if owners:
             kept[owners[0]].append(mq)
     base, extra = divmod(len(queues), len(consumers))
-    # The extra slots go to the consumers that held the most; ties by consumer order.
-    ranked = sorted(range(len(consumers)), key=lambda i: (-len(kept[consumers[i]]), i))
-    with_extra = set(ranked[:extra])
+    if with_extra is None:
+        # The extra slots go to the consumers that held the most; ties by consumer order.
+        ranked = sorted(range(len(consumers)), key=lambda i: (-len(kept[consumers[i]]), i))
+        with_extra = set(ranked[:extra])
     shares: Shares = {}
     placed: set[MessageQueue] = set()
     for index, consumer in enumerate(consumers):
@@ -114,6 +158,58 @@ def _greedy(
     return shares
 
 
+def _choose_extras(
+    topics: Mapping[str, Sequence[MessageQueue]],
+    consumers: Sequence[str],
+    holders: Mapping[MessageQueue, list[str]],
+) -> dict[str, set[int]]:
+    """Topic -> indexes of the consumers that take its extra slots: every consumer takes
+    ``R // C`` or ``R // C + 1`` of them, and as many as possible go where they keep a queue.
+
+    Ties fall to dealing in turn (topic after topic, each starting where the last stopped),
+    which is also the answer with no previous assignment.
+    """
+    count = len(consumers)
+    position = {consumer: index for index, consumer in enumerate(consumers)}
+    extras = {topic: len(qs) % count for topic, qs in topics.items()}
+    total = sum(extras.values())
+    low, above = divmod(total, count)
+    chosen: dict[str, set[int]] = {topic: set() for topic in topics}
+    if not total:
+        return chosen
+    tie = total * count  # outweighs the sum of every tie-breaking cost
+    over = total * (tie + count) + 1  # outweighs everything: only `above` members go past `low`
+    source, sink = 0, 1
+    graph = MinCostFlow(2 + count + len(topics))
+    arcs: list[tuple[str, int, int]] = []
+    start = 0
+    for t, (topic, topic_queues) in enumerate(topics.items()):
+        node = 2 + count + t
+        graph.add_arc(source, node, extras[topic], 0)
+        held = [0] * count
+        for mq in topic_queues:
+            owners = holders.get(mq)
+            if owners:
+                held[position[owners[0]]] += 1
+        base = len(topic_queues) // count
+        for index in range(count):
+            gain = held[index] > base
+            cost = (0 if gain else tie) + (index - start) % count
+            arcs.append((topic, index, graph.add_arc(node, 2 + index, 1, cost)))
+        start = (start + extras[topic]) % count
+    for index in range(count):
+        if low:
+            graph.add_arc(2 + index, sink, low, 0)
+        if above:
+            graph.add_arc(2 + index, sink, 1, over)
+    flow, _ = graph.solve(source, sink)
+    assert flow == total, "dealing in turn always places every extra slot"
+    for topic, index, arc in arcs:
+        if graph.flow_on(arc):
+            chosen[topic].add(index)
+    return chosen
+
+
 def allocate_transport(
     queues: Sequence[MessageQueue],
     consumers: Sequence[str],
@@ -121,7 +217,8 @@ def allocate_transport(
     zones: Zones,
     zone_affinity: bool,
 ) -> Shares:
-    """The exact solver for any previous assignment (the reference for ``sticky_zones``)."""
+    """The exact solver for any previous assignment and any number of topics (the reference
+    for ``sticky_zones`` and ``_choose_extras``)."""
 
     def queue_zone(mq: MessageQueue) -> str:
         return zones.of_broker(mq.broker_name) if zone_affinity else ""
@@ -129,76 +226,106 @@ def allocate_transport(
     def consumer_zone(consumer: str) -> str:
         return zones.of_consumer(consumer) if zone_affinity else ""
 
-    # Classes of interchangeable queues, in order of their first queue.
-    classes: dict[tuple[str, tuple[str, ...]], list[MessageQueue]] = {}
+    topics = by_topic(queues)
+    # Classes of interchangeable queues (topic, zone, previous holders), in order of their first queue.
+    classes: dict[tuple[str, str, tuple[str, ...]], list[MessageQueue]] = {}
     for mq in queues:
-        classes.setdefault((queue_zone(mq), tuple(holders.get(mq, ()))), []).append(mq)
-    pool_zones = sorted({zone for zone, _ in classes})
+        classes.setdefault((mq.topic, queue_zone(mq), tuple(holders.get(mq, ()))), []).append(mq)
+    pools = sorted({(topic, zone) for topic, zone, _ in classes})
 
-    source, sink, extra = 0, 1, 2
-    pool_node = {zone: 3 + i for i, zone in enumerate(pool_zones)}
-    consumer_node = {c: 3 + len(pool_zones) + i for i, c in enumerate(consumers)}
-    class_base = 3 + len(pool_zones) + len(consumers)
-    graph = MinCostFlow(class_base + len(classes))
-
+    count = len(consumers)
     total = len(queues)
     cross = total + 1  # outweighs any number of moves
-    base, remainder = divmod(total, len(consumers))
+    extras = sum(len(qs) % count for qs in topics.values())
+    low, above = divmod(extras, count)
+    over = total * (cross + 1) + 1  # outweighs every other cost: only `above` members pass `low`
+
+    source, sink, collector = 0, 1, 2
+    node = 3
+    pool_node = {}
+    for key in pools:
+        pool_node[key] = node
+        node += 1
+    member_node: dict[tuple[str, str], int] = {}
+    for consumer in consumers:
+        for topic in topics:
+            member_node[(consumer, topic)] = node
+            node += 1
+    extras_node = {consumer: node + i for i, consumer in enumerate(consumers)}
+    node += count
+    class_base = node
+    graph = MinCostFlow(class_base + len(classes))
 
     owner_arcs: list[list[tuple[str, int]]] = []
     source_arcs: list[int] = []
-    for index, ((zone, owners), members) in enumerate(classes.items()):
-        node = class_base + index
-        source_arcs.append(graph.add_arc(source, node, len(members), 0))
+    for index, ((topic, zone, owners), members) in enumerate(classes.items()):
+        class_node = class_base + index
+        source_arcs.append(graph.add_arc(source, class_node, len(members), 0))
         owner_arcs.append(
             [
-                (o, graph.add_arc(node, consumer_node[o], total, cross if consumer_zone(o) != zone else 0))
+                (
+                    o,
+                    graph.add_arc(
+                        class_node, member_node[(o, topic)], total, cross if consumer_zone(o) != zone else 0
+                    ),
+                )
                 for o in owners
             ]
         )
         moves = 1 if owners else 0  # the queue had an owner in the group, so leaving it is a move
-        graph.add_arc(node, pool_node[zone], total, moves)
-    served: dict[str, list[tuple[str, int]]] = {zone: [] for zone in pool_zones}
-    for zone in pool_zones:
+        graph.add_arc(class_node, pool_node[(topic, zone)], total, moves)
+    served: dict[tuple[str, str], list[tuple[str, int]]] = {key: [] for key in pools}
+    for topic, zone in pools:
         for consumer in consumers:
             cost = cross if consumer_zone(consumer) != zone else 0
-            served[zone].append(
-                (consumer, graph.add_arc(pool_node[zone], consumer_node[consumer], total, cost))
-            )
-    floor_arcs: dict[str, int] = {}
-    for consumer in consumers:
-        floor_arcs[consumer] = graph.add_arc(consumer_node[consumer], sink, base, 0)
-        graph.add_arc(consumer_node[consumer], extra, 1, 0)
-    graph.add_arc(extra, sink, remainder, 0)
+            arc = graph.add_arc(pool_node[(topic, zone)], member_node[(consumer, topic)], total, cost)
+            served[(topic, zone)].append((consumer, arc))
+    floor_arcs: dict[tuple[str, str], int] = {}
+    for topic, topic_queues in topics.items():
+        base = len(topic_queues) // count
+        for consumer in consumers:
+            key = (consumer, topic)
+            floor_arcs[key] = graph.add_arc(member_node[key], sink, base, 0)
+            # One topic: its extra slots go to any `extras` members. Several: through the
+            # member's extras node, which keeps the members' totals balanced too.
+            graph.add_arc(member_node[key], collector if len(topics) == 1 else extras_node[consumer], 1, 0)
+    if len(topics) == 1:
+        graph.add_arc(collector, sink, extras, 0)
+    else:
+        for consumer in consumers:
+            if low:
+                graph.add_arc(extras_node[consumer], sink, low, 0)
+            if above:
+                graph.add_arc(extras_node[consumer], sink, 1, over)
     # Warm start: queues staying with an owner in their zone, up to its floor, cost nothing,
     # and a flow on cost-0 arcs is optimal for its value; the solver routes the rest.
-    for index, ((zone, _), members) in enumerate(classes.items()):
+    for index, ((topic, zone, _), members) in enumerate(classes.items()):
         left = len(members)
         for owner, arc in owner_arcs[index]:
-            amount = min(left, graph.residual(floor_arcs[owner]))
+            amount = min(left, graph.residual(floor_arcs[(owner, topic)]))
             if amount and consumer_zone(owner) == zone:
-                graph.push([source_arcs[index], arc, floor_arcs[owner]], amount)
+                graph.push([source_arcs[index], arc, floor_arcs[(owner, topic)]], amount)
                 left -= amount
     flow, _ = graph.solve(source, sink)
     assert flow == total, "balanced capacities always admit every queue"
 
     rank = {mq: index for index, mq in enumerate(queues)}
     shares: Shares = {consumer: [] for consumer in consumers}
-    pooled: dict[str, list[MessageQueue]] = {zone: [] for zone in pool_zones}
-    for index, ((zone, _), members) in enumerate(classes.items()):
+    pooled: dict[tuple[str, str], list[MessageQueue]] = {key: [] for key in pools}
+    for index, ((topic, zone, _), members) in enumerate(classes.items()):
         position = 0
         for owner, arc in owner_arcs[index]:
-            count = graph.flow_on(arc)
-            shares[owner].extend(members[position : position + count])
-            position += count
-        pooled[zone].extend(members[position:])
-    for zone in pool_zones:
-        waiting = sorted(pooled[zone], key=rank.__getitem__)
+            flowing = graph.flow_on(arc)
+            shares[owner].extend(members[position : position + flowing])
+            position += flowing
+        pooled[(topic, zone)].extend(members[position:])
+    for key in pools:
+        waiting = sorted(pooled[key], key=rank.__getitem__)
         position = 0
-        for consumer, arc in served[zone]:
-            count = graph.flow_on(arc)
-            shares[consumer].extend(waiting[position : position + count])
-            position += count
+        for consumer, arc in served[key]:
+            flowing = graph.flow_on(arc)
+            shares[consumer].extend(waiting[position : position + flowing])
+            position += flowing
     return shares
 
 

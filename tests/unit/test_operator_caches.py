@@ -241,3 +241,30 @@ async def test_no_group_is_poked_before_the_caches_are_listed_and_only_concerned
     await asyncio.gather(task, return_exceptions=True)
     assert c.groups == {}
     assert c._in_namespace("ns") == []
+
+
+@pytest.mark.asyncio
+async def test_a_pod_that_starts_matching_when_a_label_is_removed_pokes_its_group() -> None:
+    # `canary DoesNotExist`: removing the label makes the pod match. Matching the union of its
+    # old and new labels (which still holds `canary`) missed it until some other event came.
+    c = controller()
+    body = {"metadata": {"namespace": "ns", "name": "g", "generation": 1}, "spec": {}}
+    task = asyncio.create_task(c.run_group(body))
+    await asyncio.sleep(0)
+    state = c.groups[("ns", "g")]
+    state.selector = LabelSelector({"app": "g"}, (Requirement("canary", "DoesNotExist"),))
+    c.synced.set()
+    c.on_pod("ns", "p", PodInfo("p", {"app": "g", "canary": "yes"}, running=True, ready=True))
+    state.trigger.clear()
+    c.on_pod("ns", "p", PodInfo("p", {"app": "g"}, running=True, ready=True))
+    assert state.trigger.is_set()
+    state.trigger.clear()
+    # ...and with NotIn: the value changes from an excluded one to nothing at all.
+    state.selector = LabelSelector({"app": "g"}, (Requirement("track", "NotIn", frozenset({"beta"})),))
+    state.pods = frozenset()
+    c.on_pod("ns", "p", PodInfo("p", {"app": "g", "track": "beta"}, running=True, ready=True))
+    state.trigger.clear()
+    c.on_pod("ns", "p", PodInfo("p", {"app": "g"}, running=True, ready=True))
+    assert state.trigger.is_set()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -17,6 +17,7 @@ def gauges(**kw: Any) -> GroupGauges:
         members=3,
         queues=8,
         imbalance=1,
+        topic_imbalance=1,
         cross_zone_queues=2,
         unassigned_queues=0,
         generation=7,

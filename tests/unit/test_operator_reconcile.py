@@ -189,3 +189,62 @@ def test_merge_patch_nulls_removed_keys() -> None:
     new = {"zones": {"a": 1}, "members": 3, "conditions": [2], "queues": 4}
     assert merge_patch(old, new) == {"zones": {"b": None}, "conditions": [2], "queues": 4}
     assert merge_patch(None, new) == new
+
+
+def test_spec_valid_is_announced_whenever_invalid_turns_false() -> None:
+    # The Topic vanishes, then comes back unchanged: nothing new to publish, but the group
+    # recovered and says so (SpecValid), not only when a new generation goes out.
+    obs = observe([pod("p1"), pod("p2")])
+    first = reconcile(obs)
+    gone = step(obs, first, topics={})
+    broken = reconcile(gone)
+    assert cond(broken, "Invalid")["status"] == "True"
+    assert [n.reason for n in broken.notes] == ["TopicNotFound"]
+    back = step(gone, broken, topics={"t": TOPIC})
+    healed = reconcile(back)
+    assert healed.document is None
+    assert cond(healed, "Invalid")["status"] == "False"
+    assert [n.reason for n in healed.notes] == ["SpecValid"]
+    assert reconcile(step(back, healed)).notes == ()
+
+
+def three_topics(strategy: str) -> Observed:
+    topics = {
+        name: {"brokers": [{"name": "b1", "zone": "z1", "readQueueNums": 5, "writeQueueNums": 5}]}
+        for name in ("t1", "t2", "t3")
+    }
+    obs = observe([pod("p1"), pod("p2")], strategy, topics=topics)
+    return replace(obs, spec={**obs.spec, "topics": ["t1", "t2", "t3"]})
+
+
+def test_sticky_balances_a_multi_topic_group_in_total() -> None:
+    # 3 topics x 5 queues over 2 members: each topic alone gives its extra queue to p1 (9 and 6).
+    out = reconcile(three_topics("STICKY"))
+    assert out.document is not None
+    loads = {m: sum(len(a[m]) for a in out.document.topics.values()) for m in ("p1", "p2")}
+    assert sorted(loads.values()) == [7, 8]
+    assert all(abs(len(a["p1"]) - len(a["p2"])) == 1 for a in out.document.topics.values())
+    assert (out.status["topicSpread"], cond(out, "Balanced")["reason"]) == (1, "EvenLoads")
+
+
+def test_balanced_says_when_only_the_total_is_uneven() -> None:
+    out = reconcile(three_topics("AVG"))  # RocketMQ's tilt: every topic's extra queue to p1
+    assert (out.status["minLoad"], out.status["maxLoad"], out.status["topicSpread"]) == (6, 9, 1)
+    balanced = cond(out, "Balanced")
+    assert (balanced["status"], balanced["reason"]) == ("False", "UnevenLoads")
+    assert "from 6 to 9" in balanced["message"]
+
+
+def test_a_topic_without_readable_queues_keeps_its_last_assignment() -> None:
+    # RocketMQ's strategies refuse an empty queue list, so a client keeps the queues it has.
+    obs = observe([pod("p1"), pod("p2")])
+    first = reconcile(obs)
+    assert first.document is not None
+    write_only = {"name": "b1", "zone": "z1", "readQueueNums": 4, "writeQueueNums": 4, "perm": 2}
+    unreadable = {"t": {**TOPIC, "brokers": [write_only]}}
+    out = reconcile(step(obs, first, topics=unreadable, pods=[pod("p1"), pod("p2"), pod("p3")]))
+    assert out.document is not None  # p3 joined
+    assert out.document.topics["T"] == {**first.document.topics["T"], "p3": ()}
+    degraded = cond(out, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "NoReadableQueues")
+    assert "topic(s) T have no readable queue" in degraded["message"]

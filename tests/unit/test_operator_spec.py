@@ -84,7 +84,7 @@ def test_bad_selectors_say_what_to_fix(selector: object, fragment: str) -> None:
                 "name": "CONFIG",
                 "config": {"a": [{"broker": "b", "queueId": 1}], "c": [{"broker": "b", "queueId": 1}]},
             },
-            "both 'a' and 'c'",
+            "b/1 \\('a', 'c'\\)",
         ),
     ],
 )

@@ -6,12 +6,12 @@ from collections import Counter
 
 import pytest
 
-from mqbalance.model import Assignment, MessageModel, StrategyName, StrategySpec, Zones
+from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.pipeline import sample_journal, synthetic
 from mqbalance.pipeline.events import Event, event_from_record
 from mqbalance.pipeline.replay import CANDIDATE_LABELS, ReplayError, replay, replay_group, strategy_label
 from mqbalance.quality import measure
-from mqbalance.strategies import allocate
+from mqbalance.strategies import allocate_group
 
 CHURN = synthetic.Churn(groups=4, events_per_group=25, zones=3, queues=(2, 5), topics=2, seed=5)
 
@@ -30,17 +30,15 @@ def test_each_strategy_is_fed_its_own_previous_assignment() -> None:
     spec = StrategySpec(StrategyName.STICKY, zone_affinity=True)
     events = list(synthetic.group_events(CHURN, 1))
     expected = []
-    previous: dict[str, Assignment] = {}
+    previous: dict[str, tuple[MessageQueue, ...]] = {}
     for event in events:
         zones = Zones(brokers=event.broker_zones, consumers=event.members)
-        moved = 0
-        for topic in event.topics:
-            now = allocate(
-                spec, event.queues_of(topic), event.members, zones=zones, previous=previous.get(topic)
-            )
-            moved += measure(previous.get(topic), now, zones=zones, queues=event.queues_of(topic)).moved
-            previous[topic] = now
-        expected.append(moved)
+        topics = {topic: event.queues_of(topic) for topic in event.topics}
+        now = allocate_group(spec, topics, event.members, zones=zones, previous=previous)
+        current = {m: tuple(mq for a in now.values() for mq in a[m]) for m in event.members}
+        queues = [mq for qs in topics.values() for mq in qs]
+        expected.append(measure(previous or None, current, zones=zones, queues=queues).moved)
+        previous = current
     rows = [r for r in replay_group(reversed(events)) if r.strategy == "STICKY+zoneAffinity"]
     assert [r.seq for r in rows] == list(range(len(events)))
     assert [r.moved for r in rows] == expected

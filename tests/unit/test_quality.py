@@ -22,6 +22,7 @@ def test_moves_forced_and_the_minimum() -> None:
         spread=0,
         min_load=3,
         max_load=3,
+        topic_spread=0,
         cross_zone=0,
         unassigned=0,
     )
@@ -66,6 +67,30 @@ def test_empty_group_and_json_keys() -> None:
         "spread",
         "minLoad",
         "maxLoad",
+        "topicSpread",
         "crossZone",
         "unassigned",
     }
+
+
+def test_spread_counts_every_topic_together_and_topic_spread_each_alone() -> None:
+    # RocketMQ's AVG per topic: 3 topics of 5 queues over 2 members, every extra queue to c1.
+    topics = {t: [MessageQueue(t, "b", i) for i in range(5)] for t in ("t1", "t2", "t3")}
+    current = {
+        "c1": tuple(q for qs in topics.values() for q in qs[:3]),
+        "c2": tuple(q for qs in topics.values() for q in qs[3:]),
+    }
+    figures = measure(None, current)
+    assert (figures.min_load, figures.max_load, figures.spread, figures.topic_spread) == (6, 9, 3, 1)
+    # One topic held by one member alone: that topic's spread counts the member holding none.
+    lopsided = measure(None, {"c1": tuple(topics["t1"]), "c2": tuple(topics["t2"])})
+    assert (lopsided.spread, lopsided.topic_spread) == (0, 5)
+
+
+def test_minimum_moves_keeps_every_topic_and_the_total_balanced() -> None:
+    # c1 held both queues of t1, c2 both of t2: balanced in total, but not within a topic.
+    # Each topic must end 1 and 1, so two queues move (counted over all topics, none would).
+    t1 = [MessageQueue("t1", "b", i) for i in range(2)]
+    t2 = [MessageQueue("t2", "b", i) for i in range(2)]
+    previous = {"c1": tuple(t1), "c2": tuple(t2)}
+    assert minimum_moves(previous, t1 + t2, ["c1", "c2"]) == 2

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.strategies import AllocationError, HashRing, allocate, md5_hash
+from mqbalance.strategies.config import config_conflicts
 
 T = "TopicTest"
 
@@ -134,11 +135,6 @@ def test_ring_routes_clockwise_and_wraps() -> None:
     assert HashRing(["c1"], 0).route("x") is None
 
 
-def test_zero_virtual_nodes_leaves_everything_unassigned() -> None:
-    result = allocate(StrategySpec(StrategyName.CONSISTENT_HASH, virtual_nodes=0), mqs("b", 4), ["c1", "c2"])
-    assert result == {"c1": (), "c2": ()}
-
-
 def test_no_consumers_and_no_queues() -> None:
     for spec in EXACTLY_ONCE:
         assert allocate(spec, mqs("b", 3), []) == {}
@@ -187,7 +183,6 @@ def test_nearby_keeps_a_zone_to_its_consumers() -> None:
 @pytest.mark.parametrize(
     ("spec", "consumers", "zones", "words"),
     [
-        (StrategySpec(StrategyName.CONSISTENT_HASH, virtual_nodes=-1), ["c"], Zones(), "virtualNodes is -1"),
         (
             StrategySpec(StrategyName.MACHINE_ROOM_NEARBY, inner=StrategyName.STICKY),
             ["c"],
@@ -206,3 +201,36 @@ def test_nearby_keeps_a_zone_to_its_consumers() -> None:
 def test_errors_say_what_to_fix(spec: StrategySpec, consumers: list[str], zones: Zones, words: str) -> None:
     with pytest.raises(AllocationError, match=words):
         allocate(spec, mqs("b", 2), consumers, zones=zones)
+
+
+@pytest.mark.parametrize("virtual_nodes", [-1, 0, 1001, True, 2.5])
+def test_virtual_nodes_have_one_set_of_bounds(virtual_nodes: object) -> None:
+    # RocketMQ takes 0 too, which routes every queue to nobody; the CRD, the journal and
+    # `mqbalance allocate` all refuse it (and anything over 1000) with the same words.
+    with pytest.raises(ValueError, match="virtualNodes must be an integer from 1 to 1000"):
+        StrategySpec(StrategyName.CONSISTENT_HASH, virtual_nodes=virtual_nodes)  # type: ignore[arg-type]
+
+
+def test_config_refuses_a_queue_for_two_consumers_in_clustering() -> None:
+    config = {"c1": (MessageQueue("", "b", 0),), "c2": (MessageQueue("t", "b", 0), MessageQueue("", "b", 1))}
+    spec = StrategySpec(StrategyName.CONFIG, config=config)
+    with pytest.raises(AllocationError, match=r"b/0 \('c1', 'c2'\)"):
+        allocate(spec, mqs("b", 2), ["c1", "c2"])
+    # Every member holds every queue in BROADCASTING: nothing to refuse.
+    both = allocate(spec, mqs("b", 2), ["c1", "c2"], message_model=MessageModel.BROADCASTING)
+    assert both["c1"] == both["c2"] == tuple(mqs("b", 2))
+
+
+def test_config_queues_of_other_topics_do_not_conflict() -> None:
+    config = {"c1": (MessageQueue("t1", "b", 0),), "c2": (MessageQueue("t2", "b", 0),)}
+    assert config_conflicts(config) == []
+    assert config_conflicts({**config, "c3": (MessageQueue("", "b", 0),)}) == ["b/0 ('c1', 'c2', 'c3')"]
+
+
+def test_nearby_unknown_zone_is_no_machine_room() -> None:
+    # A pod on a node without a zone label must not capture the queues of zone-less brokers:
+    # those are shared by everyone, like a room with no consumer, and the pod takes part only there.
+    zones = Zones({"hz": "zone-hz"}, {"c-hz": "zone-hz"})  # broker "x" and "c-none": no zone
+    spec = StrategySpec(StrategyName.MACHINE_ROOM_NEARBY)
+    result = allocate(spec, mqs("hz", 2) + mqs("x", 2), ["c-hz", "c-none"], zones=zones)
+    assert result == {"c-hz": (*mqs("hz", 2), mqs("x", 2)[0]), "c-none": (mqs("x", 2)[1],)}

@@ -14,7 +14,15 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones, sort_consumers, sort_queues
+from mqbalance.model import (
+    UNKNOWN_ZONE,
+    MessageQueue,
+    StrategyName,
+    StrategySpec,
+    Zones,
+    sort_consumers,
+    sort_queues,
+)
 from mqbalance.strategies import NO_ZONES, allocate
 
 JavaStrategy = Callable[[str, list[MessageQueue], list[str]], list[MessageQueue]]
@@ -99,17 +107,29 @@ def java_machine_room(idcs: frozenset[str]) -> JavaStrategy:
 
 
 def java_nearby(inner: JavaStrategy, zones: Zones) -> JavaStrategy:
+    """AllocateMachineRoomNearby with a resolver that names a room for everything: the unknown
+    zone is no room, so a zone-less broker is in a room without consumers and a zone-less
+    consumer in a room without queues (Java itself refuses a null room)."""
+
+    def broker_room(broker: str) -> str:
+        zone = zones.of_broker(broker)
+        return "\0no room: broker" if zone == UNKNOWN_ZONE else zone
+
+    def consumer_room(cid: str) -> str:
+        zone = zones.of_consumer(cid)
+        return "\0no room: consumer" if zone == UNKNOWN_ZONE else zone
+
     def strategy(current: str, mq_all: list[MessageQueue], cid_all: list[str]) -> list[MessageQueue]:
         if not mq_all or current not in cid_all:
             return []
         mr2mq: dict[str, list[MessageQueue]] = {}
         for mq in mq_all:
-            mr2mq.setdefault(zones.of_broker(mq.broker_name), []).append(mq)
+            mr2mq.setdefault(broker_room(mq.broker_name), []).append(mq)
         mr2c: dict[str, list[str]] = {}
         for cid in cid_all:
-            mr2c.setdefault(zones.of_consumer(cid), []).append(cid)
+            mr2c.setdefault(consumer_room(cid), []).append(cid)
         results: list[MessageQueue] = []
-        here = zones.of_consumer(current)
+        here = consumer_room(current)
         mine = mr2mq.pop(here, [])
         if mine:
             results += inner(current, mine, mr2c[here])
@@ -154,7 +174,7 @@ def test_avg_and_circle_match_java(queues: list[MessageQueue], consumers: list[s
 
 
 @settings(max_examples=40, deadline=None)
-@given(queue_lists, consumer_lists, st.integers(0, 12))
+@given(queue_lists, consumer_lists, st.integers(1, 12))
 def test_consistent_hash_matches_java(queues: list[MessageQueue], consumers: list[str], vnodes: int) -> None:
     spec = StrategySpec(StrategyName.CONSISTENT_HASH, virtual_nodes=vnodes)
     assert ours(spec, queues, consumers) == java_group(java_consistent_hash(vnodes), queues, consumers)
