@@ -12,7 +12,7 @@ help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
 	@echo "make test           lint, type-check and run every test (unit, Spark, integration)"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
-	@echo "make lint           ruff and mypy"
+	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
 	@echo "make crds           copy crds/ into the Helm chart"
@@ -36,6 +36,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p mqbalance
 	$(BIN)/mypy harness tests bench
+	$(BIN)/lint-imports
 
 format: venv
 	$(BIN)/ruff check --fix .

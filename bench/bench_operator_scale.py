@@ -42,7 +42,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     Arrivals,
-    Operator,
     Watch,
     cpu_seconds,
     create_group,
@@ -60,7 +59,8 @@ from bench.common import (
     set_ready,
     table,
 )
-from mqbalance.operator.kubeapi import KubeApi
+from harness.kubeapi import KubeApi
+from harness.processes import OperatorProcess
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 NODES_PER_ZONE = 2
@@ -252,7 +252,9 @@ def main() -> int:
         watch = Watch(cluster, "/api/v1/configmaps", on_configmap)
         watch.start()
         scope = ["--all-namespaces"] if len(namespaces) > 1 else []
-        operator = Operator(cluster, workdir, [] if scope else namespaces, *scope)
+        operator = OperatorProcess(
+            cluster, [] if scope else namespaces, workdir, "--log-level", "WARNING", *scope
+        )
         profiler: subprocess.Popen[bytes] | None = None
         raw = workdir / "profile.txt"
         raw_restart = workdir / "profile-restart.txt"
@@ -310,7 +312,9 @@ def main() -> int:
 
             # A restart: every group is published, so each reconcile finds nothing to write.
             operator.stop()
-            restarted = Operator(cluster, workdir, [] if scope else namespaces, *scope)
+            restarted = OperatorProcess(
+                cluster, [] if scope else namespaces, workdir, "--log-level", "WARNING", *scope
+            )
             restarted.spawn()
             operator = restarted
             if args.profile:

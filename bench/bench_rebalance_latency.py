@@ -32,9 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     Arrivals,
-    Operator,
-    Sidecar,
     Watch,
+    bench_sidecar,
     create_group,
     create_namespace,
     create_node,
@@ -49,7 +48,8 @@ from bench.common import (
     set_ready,
     table,
 )
-from mqbalance.operator.kubeapi import KubeApi
+from harness.kubeapi import KubeApi
+from harness.processes import OperatorProcess, SidecarProcess
 
 NS = "latency"
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -59,7 +59,7 @@ CHANGING = 3
 FLOOR = "floor"
 
 
-def follow_sidecar(sidecar: Sidecar, arrivals: Arrivals, name: str, after: int) -> None:
+def follow_sidecar(sidecar: SidecarProcess, arrivals: Arrivals, name: str, after: int) -> None:
     """Keep one long-poll outstanding; record when each new generation is answered."""
     while True:
         try:
@@ -160,8 +160,8 @@ def main() -> int:
 
         watch = Watch(cluster, f"/api/v1/namespaces/{NS}/configmaps", on_configmap)
         watch.start()
-        operator = Operator(cluster, workdir, [NS])
-        sidecars = [Sidecar(cluster, workdir, NS, f"{group}-{PODS - 1}", group) for group in groups]
+        operator = OperatorProcess(cluster, [NS], workdir, "--log-level", "WARNING")
+        sidecars = [bench_sidecar(cluster, workdir, NS, f"{group}-{PODS - 1}", group) for group in groups]
         operator.start()
         try:
             for group in groups:

@@ -36,7 +36,7 @@ MEMBERS = 8
 
 
 def _document() -> object:
-    from mqbalance.document import AssignmentDocument
+    from mqbalance.contract import AssignmentDocument
     from mqbalance.model import MessageQueue
 
     members = [f"orders-7f9c-pod{i:02d}" for i in range(MEMBERS)]

@@ -15,12 +15,8 @@ import math
 import os
 import platform
 import ssl
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -28,8 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from harness.cluster import LocalCluster, free_port
-from mqbalance.operator.kubeapi import ApiError, KubeApi, load_client
+from harness.cluster import LocalCluster
+from harness.kubeapi import ApiError, KubeApi, load_client
+from harness.processes import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "mqbalance.io", "v1alpha1"
@@ -116,7 +113,7 @@ def local_cluster() -> Iterator[LocalCluster]:
 
 def kube_api(cluster: LocalCluster, pool: int = 8) -> KubeApi:
     """The operator's own API client (sync kubernetes client, JSON dicts), ``pool`` connections."""
-    return KubeApi(load_client(str(cluster.kubeconfig), pool_size=pool), workers=pool)
+    return KubeApi(load_client(str(cluster.kubeconfig), pool_size=pool))
 
 
 def ensure(
@@ -219,129 +216,6 @@ def run_parallel(calls: Sequence[Callable[[], object]], workers: int) -> float:
 # -- processes --------------------------------------------------------------------------------
 
 
-def wait_for(what: str, probe: Callable[[], object], timeout: float, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
-class Process:
-    """A ``mqbalance`` subprocess against the cluster, its output in a log file."""
-
-    def __init__(self, cluster: LocalCluster, log: Path, argv: list[str]) -> None:
-        self.argv = [sys.executable, "-m", "mqbalance", *argv]
-        self.env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
-        self.env.pop("KUBERNETES_SERVICE_HOST", None)
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def spawn(self) -> None:
-        self.started_at = time.perf_counter()
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO
-            )
-
-    def check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise SystemExit(f"{self.argv[3]} exited with {self.proc.returncode}:\n{self.tail()}")
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
-
-
-class Operator(Process):
-    def __init__(self, cluster: LocalCluster, workdir: Path, namespaces: Sequence[str], *extra: str) -> None:
-        self.port = free_port()
-        argv = ["operator", "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port)]
-        argv += ["--journal", str(workdir / "journal.jsonl"), "--log-level", "WARNING", *extra]
-        for ns in namespaces:
-            argv += ["--namespace", ns]
-        super().__init__(cluster, workdir / "operator.log", argv)
-
-    def healthy(self) -> bool:
-        self.check()
-        return _http_ok(f"http://127.0.0.1:{self.port}/healthz")
-
-    def start(self, timeout: float = 120) -> None:
-        self.spawn()
-        wait_for("the operator's /healthz", self.healthy, timeout)
-
-    def reconciles(self) -> int:
-        """Reconciles the operator has finished (any result), from its /metrics; 0 before it answers."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return 0
-        return sum(
-            int(float(line.rsplit(" ", 1)[1]))
-            for line in text.splitlines()
-            if line.startswith("mqbalance_reconciles_total{")
-        )
-
-
-class Sidecar(Process):
-    def __init__(self, cluster: LocalCluster, workdir: Path, namespace: str, pod: str, group: str) -> None:
-        self.port = free_port()
-        argv = ["sidecar", "--pod-name", pod, "--namespace", namespace, "--group", group]
-        argv += ["--port", str(self.port), "--metrics-port", "0", "--no-topics"]
-        argv += ["--kubeconfig", str(cluster.kubeconfig)]
-        super().__init__(cluster, workdir / f"sidecar-{pod}.log", argv)
-        self.env["MQBALANCE_LOG_LEVEL"] = "WARNING"
-
-    def start(self, timeout: float = 60) -> None:
-        self.spawn()
-
-        def listening() -> bool:
-            self.check()
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/queues", timeout=2).close()
-            except urllib.error.HTTPError:
-                return True  # 503 before the first assignment: it is up
-            except OSError:
-                return False
-            return True
-
-        wait_for("the sidecar to listen", listening, timeout)
-
-    def long_poll(self, after: int, timeout: float = 30) -> int:
-        """Block until the sidecar serves a generation other than ``after``; that generation."""
-        url = f"http://127.0.0.1:{self.port}/v1/queues?after={after}&timeout={timeout:g}"
-        with urllib.request.urlopen(url, timeout=timeout + 5) as r:
-            return int(json.loads(r.read())["generation"])
-
-
 class Arrivals:
     """(time, generation) arrivals per object name, for a bench thread to wait on."""
 
@@ -432,3 +306,16 @@ def generation_of(obj: dict[str, Any]) -> int:
     """The generation an assignment ConfigMap carries (its annotation; 0 if none)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return int(annotations.get(GENERATION_ANNOTATION, 0))
+
+
+def bench_sidecar(
+    cluster: LocalCluster, workdir: Path, namespace: str, pod: str, group: str
+) -> SidecarProcess:
+    """A quiet sidecar for ``pod`` of ``group``: no topic watch, no metrics listener."""
+    return SidecarProcess(
+        cluster.kubeconfig,
+        workdir / f"sidecar-{pod}.log",
+        "--pod-name", pod, "--namespace", namespace, "--group", group, "--no-topics",
+        metrics=False,
+        env={"MQBALANCE_LOG_LEVEL": "WARNING"},
+    )  # fmt: skip

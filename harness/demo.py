@@ -25,7 +25,8 @@ from typing import Any, TypeVar, cast
 
 from harness import demo_report, polling
 from harness.cluster import ClusterError, LocalCluster, free_port
-from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
+from harness.processes import ManagedProcess, OperatorProcess, mqbalance_argv
+from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
 from mqbalance.model import MessageQueue
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,37 +53,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval:
     return polling.wait_for(what, probe, timeout, interval=interval, error=DemoError)
 
 
-class Process:
-    """A child process logging to a file, stopped with SIGTERM (then SIGKILL)."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name = name
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def check_running(self) -> None:
-        if self.proc.poll() is not None:
-            raise DemoError(f"the {self.name} exited with code {self.proc.returncode}:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 class Demo:
     def __init__(self, cluster: LocalCluster, workdir: Path, timeout: float) -> None:
         from kubernetes import client, config
@@ -92,7 +62,7 @@ class Demo:
         self.timeout = timeout
         self.api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
         self.core = client.CoreV1Api(self.api)
-        self.processes: list[Process] = []
+        self.processes: list[ManagedProcess] = []
         self.sidecar_port = 0
 
     def close(self) -> None:
@@ -162,7 +132,7 @@ class Demo:
     def wait_for_members(self, members: set[str]) -> AssignmentDocument:
         def probe() -> AssignmentDocument | None:
             for process in self.processes:
-                process.check_running()
+                process.check()
             doc = self.published()
             return doc if doc is not None and set(doc.members) == members else None
 
@@ -192,19 +162,9 @@ class Demo:
 
     def start_operator(self) -> None:
         step(f"starting the operator: mqbalance operator --namespace {NAMESPACE}")
-        port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "mqbalance",
-            "operator",
-            "--namespace",
-            NAMESPACE,
-            "--metrics-port",
-            str(port),
-        ]
-        argv += ["--journal", str(self.workdir / "journal.jsonl")]
-        self.processes.append(Process("operator", argv, self.cluster.env, self.workdir / "operator.log"))
+        operator = OperatorProcess(self.cluster, [NAMESPACE], self.workdir, error=DemoError)
+        operator.spawn()
+        self.processes.append(operator)
 
     def start_sidecar(self) -> None:
         self.sidecar_port = free_port()
@@ -220,15 +180,18 @@ class Demo:
         }
         api = f"127.0.0.1:{self.sidecar_port}"
         step(f"starting the sidecar of pod {SIDECAR_POD}: mqbalance sidecar (API on {api})")
-        argv = [sys.executable, "-m", "mqbalance", "sidecar"]
-        self.processes.append(Process("sidecar", argv, env, self.workdir / "sidecar.log"))
+        sidecar = ManagedProcess(
+            "sidecar", mqbalance_argv("sidecar"), env, self.workdir / "sidecar.log", DemoError
+        )
+        sidecar.spawn()
+        self.processes.append(sidecar)
 
     def sidecar_queues(self, after: int) -> dict[str, Any]:
         """``GET /v1/queues`` once the sidecar serves a generation above ``after`` (a long poll)."""
 
         def probe() -> dict[str, Any] | None:
             for process in self.processes:
-                process.check_running()
+                process.check()
             url = f"http://127.0.0.1:{self.sidecar_port}/v1/queues?after={after}&timeout=5"
             try:
                 with urllib.request.urlopen(url, timeout=10) as resp:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue, Zones, sort_consumers, sort_queues
 from mqbalance.quality import Figures, measure
 

@@ -16,15 +16,15 @@ def wait_for(
     interval: float = 0.05,
     error: type[Exception] = AssertionError,
 ) -> T:
-    """Call ``probe`` until it returns something other than None and return that.
+    """Call ``probe`` until it returns something truthy and return that.
 
-    Raises ``error`` naming ``what`` (and the last value seen) after ``timeout`` seconds.
+    Raises ``error`` naming ``what`` and the last value seen after ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
-        if value is not None:
+        if value:
             return value
         if time.monotonic() > deadline:
-            raise error(f"timed out after {timeout:g} s waiting for {what}")
+            raise error(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
         time.sleep(interval)

@@ -21,69 +21,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mqbalance.document import DocumentError, decode_queue_map, encode_queue_map
-from mqbalance.model import (
-    DEFAULT_VIRTUAL_NODES,
-    Assignment,
-    MessageQueue,
-    StrategyName,
-    StrategySpec,
-    check_virtual_nodes,
-    sort_queues,
+from mqbalance.contract import (
+    DocumentError,
+    decode_queue_map,
+    encode_queue_map,
+    read_strategy,
+    write_strategy,
 )
+from mqbalance.model import Assignment, MessageModel, MessageQueue, StrategySpec, sort_queues
 
 KIND = "mqbalance.rebalance"
 """Value of the ``kind`` field that marks a journal line among other log lines."""
-
-
-def strategy_to_json(spec: StrategySpec) -> dict[str, Any]:
-    """The parameters that matter for ``spec.name``, in the CRD's field names."""
-    out: dict[str, Any] = {"name": spec.name.value}
-    if spec.name is StrategyName.CONSISTENT_HASH or (
-        spec.name is StrategyName.MACHINE_ROOM_NEARBY and spec.inner is StrategyName.CONSISTENT_HASH
-    ):
-        out["virtualNodes"] = spec.virtual_nodes
-    if spec.name is StrategyName.MACHINE_ROOM_NEARBY:
-        out["inner"] = spec.inner.value
-    if spec.name is StrategyName.MACHINE_ROOM:
-        out["consumerIdcs"] = sorted(spec.consumer_idcs)
-    if spec.name is StrategyName.CONFIG:
-        out["config"] = encode_queue_map(spec.config)
-    if spec.name is StrategyName.STICKY:
-        out["zoneAffinity"] = spec.zone_affinity
-    return out
-
-
-def strategy_from_json(data: Any) -> StrategySpec:
-    """Read a strategy object (``{"name": ..., parameters...}``); raises ValueError naming the problem."""
-    if not isinstance(data, dict) or "name" not in data:
-        raise ValueError('strategy must be an object with a "name"')
-    name = _strategy_name(data["name"], "strategy name")
-    config_raw = data.get("config") or {}
-    config: dict[str, tuple[MessageQueue, ...]] = {}
-    if config_raw:
-        # CONFIG queues carry no topic of their own; the allocation fills it in.
-        config = dict(decode_queue_map("", config_raw))
-    virtual_nodes = check_virtual_nodes(data.get("virtualNodes", DEFAULT_VIRTUAL_NODES))
-    idcs = data.get("consumerIdcs", [])
-    if not isinstance(idcs, list) or not all(isinstance(i, str) for i in idcs):
-        raise ValueError("consumerIdcs must be a list of strings")
-    return StrategySpec(
-        name=name,
-        virtual_nodes=virtual_nodes,
-        inner=_strategy_name(data.get("inner", "AVG"), "inner strategy"),
-        consumer_idcs=frozenset(idcs),
-        config=config,
-        zone_affinity=bool(data.get("zoneAffinity", False)),
-    )
-
-
-def _strategy_name(value: Any, what: str) -> StrategyName:
-    try:
-        return StrategyName(value)
-    except ValueError:
-        known = ", ".join(s.value for s in StrategyName)
-        raise ValueError(f"unknown {what} {value!r}; expected one of {known}") from None
 
 
 @dataclass(frozen=True)
@@ -113,7 +61,7 @@ class JournalRecord:
             "generation": self.generation,
             "time": self.time,
             "reason": self.reason,
-            "strategy": strategy_to_json(self.strategy),
+            "strategy": write_strategy(self.strategy),
             "messageModel": self.message_model,
             "members": dict(sorted(self.members.items())),
             "brokerZones": dict(sorted(self.broker_zones.items())),
@@ -142,7 +90,9 @@ class JournalRecord:
                 generation=int(data["generation"]),
                 time=float(data["time"]),
                 reason=str(data.get("reason", "")),
-                strategy=strategy_from_json(data["strategy"]),
+                strategy=read_strategy(
+                    data["strategy"], MessageModel(data.get("messageModel", "CLUSTERING")), "strategy"
+                ),
                 message_model=str(data.get("messageModel", "CLUSTERING")),
                 members={str(k): str(v) for k, v in data["members"].items()},
                 broker_zones={str(k): str(v) for k, v in data.get("brokerZones", {}).items()},

@@ -1,74 +1,79 @@
-"""Orchestration: the observed world, which groups an event concerns, and each group's reconcile loop.
+"""Orchestration: the observed world, which groups a change concerns, and the work loop.
 
-The informers (informer.py) keep the Pods, Nodes, Topics and assignment ConfigMaps
-in the caches here and feed their changes in; kopf runs :meth:`Controller.run_group`
-as one daemon per ConsumerGroup. No group reconciles before every cache has its
-first complete listing (:attr:`Controller.synced`): a restarted operator never sees
-a half-listed world, so it reshuffles nothing. A group's loop sleeps until poked,
-waits out the debounce window so a burst of pod changes becomes one rebalance,
-reconciles once from the whole observed state (reconcile.py), then writes the
-ConfigMap, the status, the journal line, the metrics and the Events.
+The informers (``mqbalance.kube.Informer``) keep ConsumerGroups, Topics, Pods, Nodes and the
+assignment ConfigMaps in the caches here and feed their changes in (``on_*``). A change
+puts the keys it concerns on a keyed work queue: at once for spec, Topic and ConfigMap
+changes, after the group's debounce window for pod and node changes, so a burst of pod
+changes becomes one rebalance. Workers take keys off the queue; each key is reconciled by
+one worker at a time, level-based, from the whole observed state (reconcile.py is pure),
+and the results are written: the ConfigMap, the status, the journal line, the metrics,
+the Events. No key is processed before every cache has its first complete listing
+(:attr:`Controller.synced`): a restarted operator never sees a half-listed world, so it
+reshuffles nothing. A failed reconcile is retried with backoff; a conflict (someone else
+wrote the ConfigMap) at once, from a fresh read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mqbalance.document import configmap_name
+from mqbalance.contract import CONSUMER_GROUPS, GROUP_LABEL, TOPICS, SpecError, configmap_name, read_topic
+from mqbalance.kube import ApiError, Conflict, Key
 from mqbalance.operator.journal import Journal
-from mqbalance.operator.kubeapi import ApiError, Conflict, KubeApi, Published, published_from
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, OperatorMetrics
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
-from mqbalance.operator.spec import (
-    DEFAULT_DEBOUNCE_SECONDS,
-    LabelSelector,
-    SpecError,
-    parse_selector,
-    parse_topic,
-)
+from mqbalance.operator.spec import DEFAULT_DEBOUNCE_SECONDS, LabelSelector, parse_selector
+from mqbalance.operator.workqueue import WorkQueue
+from mqbalance.operator.writes import Published, Writer, published_from
 
 logger = logging.getLogger("mqbalance.operator")
 
 MAX_BACKOFF_SECONDS = 60.0
 CONFLICT_RETRIES = 5
+LEGACY_FINALIZER = "mqbalance.io/operator"
+"""Added to every group by operator 0.1 (kopf's daemons needed it); removed on sight, or a group
+could not be deleted any more."""
 
-PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
-"""(object body, type, reason, message) -> None: posts a Kubernetes Event."""
+WorkKey = tuple[str, str, str]
+"""("group" or "topic", namespace, name)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class GroupState:
-    namespace: str
-    name: str
-    trigger: asyncio.Event = field(default_factory=asyncio.Event)
-    urgent: bool = False
-    """Skip the debounce window (spec, Topic and ConfigMap changes, retries)."""
+    """What the operator keeps of one ConsumerGroup between reconciles."""
+
+    body: Mapping[str, Any]
+    """The resource as last seen: metadata (namespace, name, uid, generation), spec."""
     published: Published | None = None
     """The ConfigMap as we last read or wrote it; None means read it again."""
     reread: bool = False
     """Read the ConfigMap from the API, not the watch cache (which may lag behind a conflicting write)."""
     written_status: dict[str, Any] | None = None
     invalid: bool = False
-    """The last reconcile found the spec invalid (only this of its outcome is kept: memory per group)."""
     selector: LabelSelector | None = None
+    """None until reconciled, and while the spec does not parse: any pod change may matter then."""
     topics: frozenset[str] = frozenset()
     nodes: frozenset[str] = frozenset()
     """Nodes of the pods the selector matched at the last reconcile."""
     pods: frozenset[str] = frozenset()
-    seen_generation: int | None = None
     debounce: float = DEFAULT_DEBOUNCE_SECONDS
     reported_problem: str | None = None
+    failures: int = 0
+    conflicts: int = 0
 
-    def poke(self, urgent: bool = False) -> None:
-        self.urgent = self.urgent or urgent
-        self.trigger.set()
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
 
     def concerns_pod(self, name: str, labels: Mapping[str, str]) -> bool:
         return self.selector is None or name in self.pods or self.selector.matches(labels)
@@ -89,185 +94,210 @@ class GroupState:
         )
 
 
+@dataclass(slots=True)
+class TopicState:
+    body: Mapping[str, Any]
+    failures: int = 0
+
+
+@dataclass
 class Controller:
-    def __init__(
-        self,
-        api: KubeApi,
-        metrics: OperatorMetrics,
-        journal: Journal,
-        post_event: PostEvent,
-        clock: Callable[[], float] = time.time,
-        debounce_override: float | None = None,
-    ) -> None:
-        self.api = api
-        self.metrics = metrics
-        self.journal = journal
-        self.post_event = post_event
-        self.clock = clock
-        self.debounce_override = debounce_override
-        self.groups: dict[tuple[str, str], GroupState] = {}
-        self._by_namespace: dict[str, dict[str, GroupState]] = {}
-        self.pods = PodIndex()
-        self.node_labels: dict[str, dict[str, str]] = {}
-        self.topics: dict[str, dict[str, Mapping[str, Any]]] = {}
-        """Namespace -> Topic resource name -> spec."""
-        self.configmaps: dict[tuple[str, str], Mapping[str, Any]] = {}
-        """(namespace, name) -> our assignment ConfigMaps as last seen by the watch."""
-        self.synced = asyncio.Event()
-        """Set once every cache above has been listed completely."""
+    writer: Writer
+    metrics: OperatorMetrics
+    journal: Journal
+    clock: Callable[[], float] = time.time
+    """Wall clock for status times and documents."""
+    debounce_override: float | None = None
+    queue: WorkQueue[WorkKey] = field(default_factory=WorkQueue)
+    owns: Callable[[str, str], bool] = lambda namespace, name: True
+    """Whether this replica works on a group (sharding); Topic status is written by every replica."""
+    groups: dict[tuple[str, str], GroupState] = field(default_factory=dict)
+    topics: dict[tuple[str, str], TopicState] = field(default_factory=dict)
+    pods: PodIndex = field(default_factory=PodIndex)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    configmaps: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    """(namespace, name) -> our ConfigMaps as last seen by the watch."""
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once every cache has been listed completely."""
+    _by_namespace: dict[str, dict[str, GroupState]] = field(default_factory=dict)
+    _topic_specs: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
 
-    # -- events in (from the informers, in the event loop) ---------------------------------------
+    # -- changes in (from the informers) ---------------------------------------------------------
 
-    def on_pod(self, namespace: str, name: str, info: PodInfo | None) -> None:
+    def on_group(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        namespace, name = key
+        if new is None:
+            state = self.groups.pop(key, None)
+            if state is not None:
+                del self._by_namespace[namespace][name]
+                if not self._by_namespace[namespace]:
+                    del self._by_namespace[namespace]
+            self.queue.forget(("group", namespace, name))
+            return
+        state = self.groups.get(key)
+        if state is None:
+            state = GroupState(new, written_status=new.get("status") or None)
+            self.groups[key] = state
+            self._by_namespace.setdefault(namespace, {})[name] = state
+            self._enqueue(state)
+            return
+        changed = old is None or old["metadata"].get("generation") != new["metadata"].get("generation")
+        state.body = new
+        if changed or old is None or old["metadata"].get("uid") != new["metadata"].get("uid"):
+            self._enqueue(state)
+
+    def on_pod(self, key: Key, old: PodInfo | None, new: PodInfo | None) -> None:
         """A pod changed; poke the groups it may belong to if anything membership depends on changed."""
-        old = self.pods.put(namespace, info) if info is not None else self.pods.remove(namespace, name)
-        if old == info or not self.synced.is_set():
-            return  # before the first listing is whole no group has reconciled: nothing to poke
+        namespace, name = key
+        if new is not None:
+            self.pods.put(namespace, new)
+        else:
+            self.pods.remove(namespace, name)
         # Each version alone: a pod can start matching because a label went away (DoesNotExist,
         # NotIn), which the union of its old and new labels would hide.
-        versions = [pod.labels for pod in (old, info) if pod is not None]
+        versions = [pod.labels for pod in (old, new) if pod is not None]
         for state in self._in_namespace(namespace):
             if any(state.concerns_pod(name, labels) for labels in versions):
-                state.poke()
+                self._enqueue(state, debounced=True)
 
-    def on_node(self, name: str, labels: Mapping[str, str] | None) -> None:
-        new = dict(labels) if labels is not None else None
-        if self.node_labels.get(name) == new:
-            return
+    def on_node(self, key: Key, old: Mapping[str, str] | None, new: Mapping[str, str] | None) -> None:
+        name = key[1]
         if new is None:
             self.node_labels.pop(name, None)
         else:
-            self.node_labels[name] = new
-        if not self.synced.is_set():
-            return
+            self.node_labels[name] = dict(new)
         for state in self.groups.values():
             if name in state.nodes:
-                state.poke()
+                self._enqueue(state, debounced=True)
 
-    def on_topic(self, namespace: str, name: str, spec: Mapping[str, Any] | None) -> None:
-        """A Topic's spec changed or it went away (``spec`` None); its status alone concerns no group."""
-        topics = self.topics.setdefault(namespace, {})
-        if topics.get(name) == spec:
-            return
-        if spec is None:
-            topics.pop(name, None)
+    def on_topic(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """A Topic changed: its status may need writing, its subscribers a reconcile if its spec changed."""
+        namespace, name = key
+        specs = self._topic_specs.setdefault(namespace, {})
+        if new is None:
+            self.topics.pop(key, None)
+            specs.pop(name, None)
+            self.queue.forget(("topic", namespace, name))
         else:
-            topics[name] = spec
-        if not topics:
-            del self.topics[namespace]
-        if not self.synced.is_set():
-            return
+            topic = self.topics.get(key)
+            if topic is None:
+                self.topics[key] = TopicState(new)
+            else:
+                topic.body = new
+            specs[name] = new["spec"]
+            self.queue.add(("topic", namespace, name))
+        if not specs:
+            del self._topic_specs[namespace]
+        if old is not None and new is not None and old["spec"] == new["spec"]:
+            return  # its status alone concerns no group
         for state in self._in_namespace(namespace):
             if state.selector is None or name in state.topics:
-                state.poke(urgent=True)
+                self._enqueue(state)
 
-    def on_group(self, namespace: str, name: str, generation: int | None) -> None:
-        state = self.groups.get((namespace, name))
-        if state is not None and generation != state.seen_generation:
-            state.poke(urgent=True)
-
-    def on_configmap(self, namespace: str, name: str, group: str, body: Mapping[str, Any] | None) -> None:
-        """Group ``group``'s ConfigMap changed or went away (``body`` None): re-read it unless we wrote it."""
-        if body is None:
-            self.configmaps.pop((namespace, name), None)
+    def on_configmap(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """A group's ConfigMap changed or went away: re-read it unless we wrote it."""
+        if new is None:
+            self.configmaps.pop(key, None)
         else:
-            self.configmaps[(namespace, name)] = body
-        state = self.groups.get((namespace, group))
+            self.configmaps[key] = new
+        labels = ((new or old or {}).get("metadata") or {}).get("labels") or {}
+        state = self.groups.get((key[0], labels.get(GROUP_LABEL, "")))
         if state is None:
             return
-        resource_version = (body or {}).get("metadata", {}).get("resourceVersion")
-        if state.published is not None and resource_version == state.published.resource_version:
+        version = ((new or {}).get("metadata") or {}).get("resourceVersion")
+        if state.published is not None and version == state.published.resource_version:
             return
         state.published = None
-        state.poke(urgent=True)
+        self._enqueue(state)
+
+    def _enqueue(self, state: GroupState, *, debounced: bool = False) -> None:
+        key = ("group", state.namespace, state.name)
+        if not debounced:
+            self.queue.add(key)
+            return
+        window = self.debounce_override if self.debounce_override is not None else state.debounce
+        self.queue.add_after(key, window)
 
     def _in_namespace(self, namespace: str) -> list[GroupState]:
         return list(self._by_namespace.get(namespace, {}).values())
 
-    def _register(self, state: GroupState) -> None:
-        self.groups[(state.namespace, state.name)] = state
-        self._by_namespace.setdefault(state.namespace, {})[state.name] = state
+    def resync(self, owns: Callable[[str, str], bool] | None = None) -> None:
+        """Queue every group (that ``owns`` selects): after a shard is taken over, for instance."""
+        for (namespace, name), state in self.groups.items():
+            if owns is None or owns(namespace, name):
+                self._enqueue(state)
 
-    def _unregister(self, state: GroupState) -> None:
-        if self.groups.get((state.namespace, state.name)) is state:
-            del self.groups[(state.namespace, state.name)]
-            in_namespace = self._by_namespace[state.namespace]
-            del in_namespace[state.name]
-            if not in_namespace:
-                del self._by_namespace[state.namespace]
+    # -- the work loop -------------------------------------------------------------------------------
 
-    # -- the per-group loop ------------------------------------------------------------------
+    async def run_worker(self) -> None:
+        """Take keys off the queue and reconcile them, until cancelled."""
+        await self.synced.wait()
+        while True:
+            key = await self.queue.get()
+            try:
+                kind, namespace, name = key
+                if kind == "group":
+                    await self._work_group(namespace, name)
+                else:
+                    await self._work_topic(namespace, name)
+            finally:
+                self.queue.done(key)
 
-    async def run_group(self, body: Mapping[str, Any]) -> None:
-        """Reconcile one ConsumerGroup until cancelled (kopf cancels the daemon when the group goes)."""
-        meta = body["metadata"]
-        state = GroupState(meta["namespace"], meta["name"])
-        state.written_status = json.loads(json.dumps(body.get("status") or {})) or None
-        self._register(state)
-        state.poke(urgent=True)
-        failures = conflicts = 0
+    async def _work_group(self, namespace: str, name: str) -> None:
+        state = self.groups.get((namespace, name))
+        if state is None or not self.owns(namespace, name):
+            return
         try:
-            await self.synced.wait()
-            while True:
-                await state.trigger.wait()
-                if not state.urgent:
-                    window = self.debounce_override if self.debounce_override is not None else state.debounce
-                    if window > 0:
-                        await asyncio.sleep(window)
-                state.trigger.clear()
-                state.urgent = False
-                try:
-                    outcome = await self.reconcile_group(state, body)
-                    failures = conflicts = 0
-                    result = (
-                        "published" if outcome.document else "invalid" if outcome.invalid else "unchanged"
-                    )
-                    self.metrics.reconciles.labels(result).inc()
-                except Conflict as e:
-                    # Someone else wrote the ConfigMap: read it again and recompute at once.
-                    self.metrics.reconcile_errors.labels("conflict").inc()
-                    state.published = None
-                    state.reread = True
-                    conflicts += 1
-                    if conflicts <= CONFLICT_RETRIES:
-                        state.poke(urgent=True)
-                    else:
-                        failures += 1
-                        self._retry_later(state, body, "api", e, failures)
-                except ApiError as e:
-                    failures += 1
-                    self._retry_later(state, body, "api", e, failures)
-                except Exception as e:
-                    failures += 1
-                    logger.exception("reconcile of %s/%s failed", state.namespace, state.name)
-                    self._retry_later(state, body, "internal", e, failures)
-        finally:
-            self._unregister(state)
+            outcome = await self.reconcile_group(state)
+        except Conflict as e:
+            # Someone else wrote the ConfigMap: read it again and recompute at once.
+            self.metrics.reconcile_errors.labels("conflict").inc()
+            state.published = None
+            state.reread = True
+            state.conflicts += 1
+            if state.conflicts <= CONFLICT_RETRIES:
+                self.queue.add(("group", namespace, name))
+            else:
+                self._retry_later(state, "api", e)
+        except ApiError as e:
+            self._retry_later(state, "api", e)
+        except Exception as e:
+            logger.exception("reconcile of %s/%s failed", namespace, name)
+            self._retry_later(state, "internal", e)
+        else:
+            state.failures = state.conflicts = 0
+            result = "published" if outcome.document else "invalid" if outcome.invalid else "unchanged"
+            self.metrics.reconciles.labels(result).inc()
 
-    def _retry_later(
-        self, state: GroupState, body: Mapping[str, Any], kind: str, error: Exception, failures: int
-    ) -> None:
+    def _retry_later(self, state: GroupState, kind: str, error: Exception) -> None:
+        state.failures += 1
         self.metrics.reconcile_errors.labels(kind).inc()
         self.metrics.reconciles.labels("error").inc()
-        delay = min(2.0 ** (failures - 1), MAX_BACKOFF_SECONDS)
+        delay = min(2.0 ** (state.failures - 1), MAX_BACKOFF_SECONDS)
         message = f"{error}; retrying in {delay:g}s"
         logger.warning("%s/%s: %s", state.namespace, state.name, message)
-        self.post_event(body, "Warning", "ReconcileFailed", message)
-        asyncio.get_running_loop().call_later(delay, state.poke, True)
+        self.writer.post_event(state.body, "Warning", "ReconcileFailed", message)
+        self.queue.add_after(("group", state.namespace, state.name), delay)
 
-    async def reconcile_group(self, state: GroupState, body: Mapping[str, Any]) -> Outcome:
+    async def reconcile_group(self, state: GroupState) -> Outcome:
         started = time.perf_counter()
-        ns, name = state.namespace, state.name
-        meta = body["metadata"]
+        ns, name, body = state.namespace, state.name, state.body
+        finalizers = list(body["metadata"].get("finalizers") or [])
+        if LEGACY_FINALIZER in finalizers:
+            await self.writer.remove_finalizer(ns, CONSUMER_GROUPS, name, finalizers, LEGACY_FINALIZER)
+            finalizers.remove(LEGACY_FINALIZER)
+            state.body = body = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
         if state.published is None:
             if state.reread:
-                state.published = await self.api.read_published(ns, name)
+                state.published = await self.writer.read_published(ns, name)
                 state.reread = False
             else:
                 state.published = published_from(self.configmaps.get((ns, configmap_name(name))))
             problem = state.published.problem
             if problem and problem != state.reported_problem:
-                self.post_event(body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced")
+                self.writer.post_event(
+                    body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced"
+                )
             state.reported_problem = problem
         spec = dict(body.get("spec") or {})
         pods = self.pods.candidates(ns, _selector(spec))
@@ -276,44 +306,40 @@ class Controller:
             namespace=ns,
             name=name,
             spec=spec,
-            topics=self.topics.get(ns, {}),
+            topics=self._topic_specs.get(ns, {}),
             pods=pods,
             node_labels={n: self.node_labels[n] for n in nodes if n in self.node_labels},
             previous=state.published.document,
             now=self.clock(),
-            generation=int(meta.get("generation") or 0),
+            generation=int(body["metadata"].get("generation") or 0),
             status=state.written_status or {},
         )
+        computing = time.perf_counter()
         outcome = reconcile(observed)
-        self._remember(state, outcome, pods, spec, observed.generation)
+        compute_seconds = time.perf_counter() - computing
+        self._remember(state, outcome, pods, spec)
         if outcome.document is not None:
-            state.published = await self.api.publish(ns, body, outcome.document, state.published)
+            state.published = await self.writer.publish(body, outcome.document, state.published)
             if outcome.journal is not None:
-                self.journal.write(outcome.journal)
+                self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
             self.metrics.rebalances.labels(outcome.document.reason).inc()
             if outcome.figures is not None:
                 self.metrics.queues_moved.inc(outcome.figures.moved)
             self.metrics.rebalance_duration.observe(time.perf_counter() - started)
         if outcome.status != state.written_status:
-            await self.api.patch_status(
-                ns, "consumergroups", name, merge_patch(state.written_status, outcome.status)
+            await self.writer.patch_status(
+                ns, CONSUMER_GROUPS, name, merge_patch(state.written_status, outcome.status)
             )
             state.written_status = outcome.status
         state.invalid = outcome.invalid
         for note in outcome.notes:
-            self.post_event(body, note.type, note.reason, note.message)
+            self.writer.post_event(body, note.type, note.reason, note.message)
         return outcome
 
     def _remember(
-        self,
-        state: GroupState,
-        outcome: Outcome,
-        pods: list[PodInfo],
-        spec: Mapping[str, Any],
-        generation: int,
+        self, state: GroupState, outcome: Outcome, pods: list[PodInfo], spec: Mapping[str, Any]
     ) -> None:
-        """What later events are matched against: the selector, topics, pods and nodes of this group."""
-        state.seen_generation = generation
+        """What later changes are matched against: the selector, topics, pods and nodes of this group."""
         topics = spec.get("topics")
         state.topics = (
             frozenset(t for t in topics if isinstance(t, str)) if isinstance(topics, list) else frozenset()
@@ -327,12 +353,28 @@ class Controller:
         state.pods = frozenset(p.name for p in matched)
         state.nodes = frozenset(p.node_name for p in matched if p.node_name)
 
-    # -- Topic status ------------------------------------------------------------------------
+    # -- Topic status, in the same loop ---------------------------------------------------------------
+
+    async def _work_topic(self, namespace: str, name: str) -> None:
+        state = self.topics.get((namespace, name))
+        if state is None:
+            return
+        try:
+            await self.update_topic_status(state.body)
+        except ApiError as e:
+            state.failures += 1
+            delay = min(2.0 ** (state.failures - 1), MAX_BACKOFF_SECONDS)
+            logger.warning(
+                "status of Topic %s/%s not written: %s; retrying in %g s", namespace, name, e, delay
+            )
+            self.queue.add_after(("topic", namespace, name), delay)
+        else:
+            state.failures = 0
 
     async def update_topic_status(self, body: Mapping[str, Any]) -> None:
         meta = body["metadata"]
         try:
-            route = parse_topic(meta["name"], body.get("spec"))
+            route = read_topic(meta["name"], body.get("spec"))
         except SpecError:
             return
         status = {
@@ -343,9 +385,9 @@ class Controller:
         }
         current = body.get("status") or {}
         if any(current.get(k) != v for k, v in status.items()):
-            await self.api.patch_status(meta["namespace"], "topics", meta["name"], status)
+            await self.writer.patch_status(meta["namespace"], TOPICS, meta["name"], status)
 
-    # -- read-outs ---------------------------------------------------------------------------
+    # -- read-outs ------------------------------------------------------------------------------------
 
     def gauges(self) -> list[GroupGauges]:
         return [s.gauges() for s in list(self.groups.values()) if s.written_status]

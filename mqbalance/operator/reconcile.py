@@ -19,17 +19,16 @@ Rules:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mqbalance.document import AssignmentDocument, configmap_name
+from mqbalance.contract import AssignmentDocument, SpecError, configmap_name, read_topic
 from mqbalance.journal import JournalRecord
 from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue, TopicRoute, Zones
 from mqbalance.operator.membership import PodInfo, members
-from mqbalance.operator.spec import GroupSpec, SpecError, parse_group, parse_topic, unknown_config_queues
+from mqbalance.operator.spec import GroupSpec, parse_group, unknown_config_queues
 from mqbalance.quality import Figures, measure
 from mqbalance.strategies import AllocationError, allocate_group
 
@@ -97,11 +96,11 @@ def reconcile(obs: Observed) -> Outcome:
     member_zones = members(obs.pods, spec.selector, obs.node_labels, spec.zone_label)
     try:
         routes = _routes(obs, spec)
+    except TopicNotFound as e:
+        return _invalid(obs, "TopicNotFound", str(e), member_zones, spec)
     except SpecError as e:
-        reason = "TopicNotFound" if "not found" in str(e) else "InvalidTopic"
-        return _invalid(obs, reason, str(e), member_zones, spec)
+        return _invalid(obs, "InvalidTopic", str(e), member_zones, spec)
 
-    started = time.perf_counter()
     queues = {route.topic: route.readable_queues() for route in routes}
     broker_zones: dict[str, str] = {}
     for route in routes:
@@ -126,7 +125,6 @@ def reconcile(obs: Observed) -> Outcome:
         kept = obs.previous.topics.get(topic, {}) if obs.previous else {}
         topics[topic] = {member: tuple(kept.get(member, ())) for member in member_zones}
     topics = {route.topic: topics[route.topic] for route in routes}
-    compute_seconds = time.perf_counter() - started
 
     generation = (
         max(obs.previous.generation if obs.previous else 0, _int(obs.status.get("assignmentGeneration"))) + 1
@@ -178,7 +176,7 @@ def reconcile(obs: Observed) -> Outcome:
         queues=queues,
         assignment=topics,
         moved=figures.moved,
-        compute_seconds=compute_seconds,
+        compute_seconds=0.0,  # the caller times the reconcile: no clock here
     )
     message = (
         f"published generation {generation} ({reason}): {figures.members} members, {figures.queues} queues, "
@@ -232,14 +230,18 @@ def change_reason(
     return "resync"
 
 
+class TopicNotFound(SpecError):
+    """A subscribed Topic resource does not exist."""
+
+
 def _routes(obs: Observed, spec: GroupSpec) -> list[TopicRoute]:
     missing = [t for t in spec.topics if t not in obs.topics]
     if missing:
         names = ", ".join(repr(t) for t in missing)
-        raise SpecError(
+        raise TopicNotFound(
             f"Topic {names} not found in namespace {obs.namespace!r}; create it or remove it from spec.topics"
         )
-    routes = [parse_topic(t, obs.topics[t]) for t in spec.topics]
+    routes = [read_topic(t, obs.topics[t]) for t in spec.topics]
     by_name: dict[str, str] = {}
     for resource, route in zip(spec.topics, routes, strict=True):
         other = by_name.setdefault(route.topic, resource)

@@ -14,8 +14,6 @@ class OperatorConfig:
     metrics_host: str = "0.0.0.0"
     journal: str | None = None
     """Append journal lines to this file; standard output when None."""
-    peering: str | None = None
-    """kopf peering object name; None runs standalone."""
     leader_election: str | None = None
     """Name of the coordination.k8s.io Lease replicas elect a leader through; None: no election."""
     lease_namespace: str | None = None
@@ -23,5 +21,7 @@ class OperatorConfig:
     kubeconfig: str | None = None
     debounce_override: float | None = None
     """Use this debounce window for every group instead of its spec.debounceSeconds."""
-    batch_window: float = 0.001
-    """kopf's per-object event batching window, seconds."""
+    workers: int = 8
+    """Keys reconciled at once (each key by one worker at a time)."""
+    max_requests: int = 32
+    """API requests (not watches) in flight at once."""

@@ -12,29 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbalance.model import (
-    DEFAULT_VIRTUAL_NODES,
-    PERM_READ_WRITE,
-    UNKNOWN_ZONE,
-    Broker,
-    MessageModel,
-    MessageQueue,
-    StrategyName,
-    StrategySpec,
-    TopicRoute,
-    check_virtual_nodes,
-)
-from mqbalance.strategies.config import config_conflicts
+from mqbalance.contract import MAX_GROUP_NAME, SpecError, read_strategy
+from mqbalance.model import MessageModel, StrategySpec, TopicRoute
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
-MAX_GROUP_NAME = 63
-"""Longest ConsumerGroup resource name: a label value."""
 DEFAULT_DEBOUNCE_SECONDS = 2.0
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-
-
-class SpecError(ValueError):
-    """A spec the operator cannot honour; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -116,45 +99,6 @@ def parse_selector(data: Any, where: str = "spec.selector") -> LabelSelector:
     return LabelSelector(dict(labels), tuple(requirements))
 
 
-def parse_topic(resource_name: str, spec: Mapping[str, Any] | None) -> TopicRoute:
-    """A Topic resource's spec as a route. Broker zones left empty are UNKNOWN_ZONE."""
-    where = f"Topic {resource_name!r}"
-    if not isinstance(spec, Mapping):
-        raise SpecError(f"{where} has no spec")
-    brokers_raw = spec.get("brokers")
-    if not isinstance(brokers_raw, list) or not brokers_raw:
-        raise SpecError(f"{where}: spec.brokers must list at least one broker")
-    brokers: list[Broker] = []
-    seen: set[str] = set()
-    for i, b in enumerate(brokers_raw):
-        at = f"{where}: spec.brokers[{i}]"
-        if not isinstance(b, Mapping) or not isinstance(b.get("name"), str) or not b["name"]:
-            raise SpecError(f"{at} needs a name")
-        if b["name"] in seen:
-            raise SpecError(f"{at}: broker {b['name']!r} is listed twice; merge the entries")
-        seen.add(b["name"])
-        counts = []
-        for key in ("readQueueNums", "writeQueueNums"):
-            value = b.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise SpecError(f"{at}.{key} must be an integer of 0 or more, got {value!r}")
-            counts.append(value)
-        perm = b.get("perm", PERM_READ_WRITE)
-        # Any PermName bit combination, as the CRD admits (7 is TBW102's read-write-inherit).
-        if not isinstance(perm, int) or isinstance(perm, bool) or not 0 <= perm <= 15:
-            raise SpecError(
-                f"{at}.perm is {perm!r}; use PermName bits 0-15: 6 read-write, 4 read-only, 2 write-only"
-            )
-        brokers.append(Broker(b["name"], counts[0], counts[1], perm, b.get("zone") or UNKNOWN_ZONE))
-    return TopicRoute(topic_name(resource_name, spec), tuple(brokers))
-
-
-def topic_name(resource_name: str, spec: Mapping[str, Any]) -> str:
-    """The RocketMQ topic name: ``spec.topicName``, or the resource name when empty."""
-    name = spec.get("topicName")
-    return name if isinstance(name, str) and name else resource_name
-
-
 def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     """A ConsumerGroup resource's spec; raises SpecError naming the field to fix."""
     if not isinstance(spec, Mapping):
@@ -190,69 +134,10 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
         topics=tuple(topics),
         selector=parse_selector(spec.get("selector")),
         message_model=model,
-        strategy=parse_strategy(spec.get("strategy") or {}, model),
+        strategy=read_strategy(spec.get("strategy") or {}, model),
         zone_label=zone_label,
         debounce_seconds=float(debounce),
     )
-
-
-def parse_strategy(data: Mapping[str, Any], model: MessageModel) -> StrategySpec:
-    if not isinstance(data, Mapping):
-        raise SpecError("spec.strategy must be an object with a name and its parameters")
-    name = _strategy_name(data.get("name") or StrategyName.AVG, "spec.strategy.name")
-    inner = _strategy_name(data.get("inner") or StrategyName.AVG, "spec.strategy.inner")
-    if inner not in (StrategyName.AVG, StrategyName.AVG_BY_CIRCLE, StrategyName.CONSISTENT_HASH):
-        raise SpecError(f"spec.strategy.inner is {inner}; use AVG, AVG_BY_CIRCLE or CONSISTENT_HASH")
-    try:
-        virtual_nodes = check_virtual_nodes(data.get("virtualNodes", DEFAULT_VIRTUAL_NODES))
-    except ValueError as e:
-        raise SpecError(f"spec.strategy.{e}") from None
-    idcs = data.get("consumerIdcs") or []
-    if not isinstance(idcs, list) or not all(isinstance(i, str) and i for i in idcs):
-        raise SpecError("spec.strategy.consumerIdcs must be a list of idc names")
-    if name is StrategyName.MACHINE_ROOM and not idcs:
-        raise SpecError(
-            "strategy MACHINE_ROOM needs spec.strategy.consumerIdcs: list the idcs (the part before '@' "
-            "in broker names) this group consumes"
-        )
-    config = _parse_config(data.get("config") or {}, model) if name is StrategyName.CONFIG else {}
-    if name is StrategyName.CONFIG and not config:
-        raise SpecError("strategy CONFIG needs spec.strategy.config: map member pod names to their queues")
-    return StrategySpec(
-        name=name,
-        virtual_nodes=virtual_nodes,
-        inner=inner,
-        consumer_idcs=frozenset(idcs),
-        config=config,
-        zone_affinity=bool(data.get("zoneAffinity", False)),
-    )
-
-
-def _parse_config(data: Any, model: MessageModel) -> dict[str, tuple[MessageQueue, ...]]:
-    """CONFIG's ``member -> [{broker, queueId}]``; queues carry no topic, so they match in every topic."""
-    if not isinstance(data, Mapping):
-        raise SpecError("spec.strategy.config must map member pod names to lists of {broker, queueId}")
-    out: dict[str, tuple[MessageQueue, ...]] = {}
-    for member, queues in sorted(data.items()):
-        if not isinstance(queues, list):
-            raise SpecError(f"spec.strategy.config[{member!r}] must be a list of {{broker, queueId}}")
-        parsed = []
-        for i, q in enumerate(queues):
-            at = f"spec.strategy.config[{member!r}][{i}]"
-            if not isinstance(q, Mapping) or not isinstance(q.get("broker"), str) or not q["broker"]:
-                raise SpecError(f"{at} needs a broker name")
-            qid = q.get("queueId")
-            if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
-                raise SpecError(f"{at}.queueId must be an integer of 0 or more")
-            parsed.append(MessageQueue("", q["broker"], qid))
-        out[str(member)] = tuple(parsed)
-    conflicts = config_conflicts(out) if model is MessageModel.CLUSTERING else []
-    if conflicts:
-        raise SpecError(
-            f"spec.strategy.config gives queue {conflicts[0]} to more than one member; in CLUSTERING "
-            "every queue has one owner, so keep it under one member"
-        )
-    return out
 
 
 def unknown_config_queues(strategy: StrategySpec, routes: Mapping[str, TopicRoute]) -> list[str]:
@@ -266,10 +151,3 @@ def unknown_config_queues(strategy: StrategySpec, routes: Mapping[str, TopicRout
             if (mq.broker_name, mq.queue_id) not in present
         }
     )
-
-
-def _strategy_name(value: Any, where: str) -> StrategyName:
-    try:
-        return StrategyName(value)
-    except ValueError:
-        raise SpecError(f"{where} is {value!r}; use one of {', '.join(StrategyName)}") from None

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbalance.document import DocumentError
-from mqbalance.journal import KIND, JournalRecord, strategy_from_json, strategy_to_json
-from mqbalance.model import MessageQueue, StrategyName, StrategySpec
+from mqbalance.contract import DocumentError, read_strategy, write_strategy
+from mqbalance.journal import KIND, JournalRecord
+from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySpec
 
 QueueIds = Mapping[str, Mapping[str, list[int]]]
 """topic -> broker -> readable queue ids."""
@@ -105,7 +105,7 @@ def event_from_record(record: JournalRecord) -> Event:
         broker_zones=dict(record.broker_zones),
         queues=queues,
         message_model=record.message_model,
-        strategy=strategy_to_json(record.strategy),
+        strategy=write_strategy(record.strategy),
     )
 
 
@@ -152,6 +152,6 @@ def sort_events(events: Iterable[Event]) -> list[Event]:
     return sorted(events, key=lambda e: (e.namespace, e.group, e.time, e.seq))
 
 
-def strategy_spec(strategy: Mapping[str, Any]) -> StrategySpec:
+def strategy_spec(strategy: Mapping[str, Any], message_model: str = "CLUSTERING") -> StrategySpec:
     """The journal's strategy JSON as a spec."""
-    return strategy_from_json(dict(strategy))
+    return read_strategy(dict(strategy), MessageModel(message_model), where="strategy")

@@ -91,7 +91,7 @@ def replay_group(events: Iterable[Event]) -> Iterator[FigureRow]:
     """Figures of every event of one group (any order in, time order out) under every strategy."""
     previous: dict[str, dict[str, Assignment]] = {}
     for event in sorted(events, key=lambda e: (e.time, e.seq)):
-        own = strategy_spec(event.strategy)
+        own = strategy_spec(event.strategy, event.message_model)
         own_label = strategy_label(own)
         specs = list(zip(CANDIDATE_LABELS, CANDIDATES, strict=True))
         if own_label not in CANDIDATE_LABELS:

@@ -10,13 +10,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from aiohttp import web
 
+from mqbalance.kube import KubeClient
 from mqbalance.sidecar.app import SOURCE_TASK, STATE, create_app, create_metrics_app
 from mqbalance.sidecar.config import ConfigError, SidecarConfig, parse_config
-from mqbalance.sidecar.kube import KubeClient
 from mqbalance.sidecar.watch import AssignmentSource, FilesSource, KubernetesSource
 
 log = logging.getLogger("mqbalance.sidecar")
@@ -27,7 +26,7 @@ async def serve(config: SidecarConfig) -> int:
     source: AssignmentSource
     if config.uses_api:
         try:
-            kube = await KubeClient.connect(config.kubeconfig or _kubeconfig_from_env())
+            kube = await KubeClient.connect(config.kubeconfig)
         except Exception as e:  # the loaders raise several types; all mean "cannot reach the API"
             log.error("cannot configure the Kubernetes client: %s", e)
             return 1
@@ -81,13 +80,6 @@ def freeze_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def _kubeconfig_from_env() -> Path | None:
-    # In a pod there is no kubeconfig: None selects the service account.
-    path = os.path.expanduser("~/.kube/config")
-    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    return None if in_cluster or not os.path.exists(path) else Path(path)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.metrics import SidecarMetrics

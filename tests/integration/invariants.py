@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
 

@@ -10,9 +10,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 import mqbalance
 from harness import kubelet
 from harness.cluster import LocalCluster
+from harness.polling import wait_for
 
 # Generous: the machine is shared and may be busy.
 DEADLINE = 60.0
@@ -58,15 +58,6 @@ spec:
               properties:
                 seen: {{type: boolean}}
 """
-
-
-def wait_for(what: str, predicate: Callable[[], bool], timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def unique(prefix: str) -> str:

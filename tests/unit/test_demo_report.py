@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness import demo_report
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
 
 

@@ -6,16 +6,10 @@ from typing import Any
 
 import pytest
 
+from mqbalance.contract import SpecError, read_topic
 from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategyName
 from mqbalance.operator.membership import PodInfo, members, pod_info
-from mqbalance.operator.spec import (
-    LabelSelector,
-    SpecError,
-    parse_group,
-    parse_selector,
-    parse_topic,
-    unknown_config_queues,
-)
+from mqbalance.operator.spec import LabelSelector, parse_group, parse_selector, unknown_config_queues
 
 
 def test_defaults_fill_in() -> None:
@@ -114,12 +108,12 @@ def test_unknown_config_queues_are_listed() -> None:
             },
         },
     )
-    route = parse_topic("t", {"brokers": [{"name": "b", "readQueueNums": 2, "writeQueueNums": 2}]})
+    route = read_topic("t", {"brokers": [{"name": "b", "readQueueNums": 2, "writeQueueNums": 2}]})
     assert unknown_config_queues(g.strategy, {"t": route}) == ["x/0"]
 
 
 def test_topic_parsing() -> None:
-    route = parse_topic(
+    route = read_topic(
         "orders",
         {
             "topicName": "TopicOrders",
@@ -134,7 +128,7 @@ def test_topic_parsing() -> None:
     assert len(route.writable_queues()) == 7
     assert route.broker_zones() == {"a": "z1", "b": UNKNOWN_ZONE}
     with pytest.raises(SpecError, match="listed twice"):
-        parse_topic("t", {"brokers": [{"name": "a", "readQueueNums": 1, "writeQueueNums": 1}] * 2})
+        read_topic("t", {"brokers": [{"name": "a", "readQueueNums": 1, "writeQueueNums": 1}] * 2})
 
 
 def _pod(name: str, phase: str = "Running", ready: str = "True", **meta: object) -> dict[str, Any]:

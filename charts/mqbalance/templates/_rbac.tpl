@@ -9,7 +9,7 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 - apiGroups: [mqbalance.io]
   resources: [topics]
   verbs: [list, watch]
-# ConsumerGroups: watched; patched by kopf for its finalizer and daemon bookkeeping.
+# ConsumerGroups: watched; patched once to remove the finalizer operator 0.1 (kopf) added.
 - apiGroups: [mqbalance.io]
   resources: [consumergroups]
   verbs: [list, watch, patch]
@@ -30,7 +30,7 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, update]
-# Events about rebalances and invalid specs (kopf posts core v1 Events).
+# Events about rebalances and invalid specs (core v1 Events).
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
@@ -41,15 +41,6 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 # Nodes: a member's zone is its node's zone label.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [list, watch]
-# kopf lists and watches namespaces to find the ones it serves, also when given fixed names
-# (without this it retries for about a minute at start-up before falling back).
-- apiGroups: [""]
-  resources: [namespaces]
-  verbs: [list, watch]
-# kopf notices CRDs being installed or removed (without this it logs a warning and scans only at start).
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
   verbs: [list, watch]
 {{- end }}
 

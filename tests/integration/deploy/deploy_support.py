@@ -95,13 +95,3 @@ def can_i(
     if answer not in ("yes", "no"):
         raise AssertionError(f"kubectl auth can-i {verb} {resource} answered {answer!r}: {result.stderr}")
     return answer == "yes"
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

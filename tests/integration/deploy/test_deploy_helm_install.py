@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -23,14 +21,14 @@ from kubernetes import client
 from harness.cluster import LocalCluster, free_port
 from harness.kubelet import create_node, start_pods
 from harness.polling import wait_for
-from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
+from harness.processes import ManagedProcess, mqbalance_argv
+from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from tests.integration.deploy.deploy_support import (
     CHART,
     REPO,
     can_i,
     run_helm,
     service_account_kubeconfig,
-    stop,
 )
 
 GROUP = "orders-consumer"
@@ -100,13 +98,10 @@ def test_operator_has_what_it_needs_and_no_more(cluster: LocalCluster, release: 
         )
         assert not can_i(cluster, sa, "update", resource, namespace, "status")
     assert can_i(cluster, sa, "update", "consumergroups.mqbalance.io", namespace, "finalizers")
-    for verb, resource in [
-        ("list", "nodes"),
-        ("watch", "nodes"),
-        ("list", "namespaces"),
-        ("list", "customresourcedefinitions"),
-    ]:
+    for verb, resource in [("list", "nodes"), ("watch", "nodes")]:
         assert can_i(cluster, sa, verb, resource, None), f"operator cannot {verb} {resource}"
+    for verb, resource in [("list", "namespaces"), ("list", "customresourcedefinitions")]:
+        assert not can_i(cluster, sa, verb, resource, None), f"operator may {verb} {resource}: not needed"
     forbidden = [
         ("delete", "configmaps", namespace),
         ("get", "secrets", namespace),
@@ -191,30 +186,35 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
     assert len(pods) == len(members)
 
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    operator_log = (tmp_path / "operator.log").open("wb")
     # With the chart's leader-election arguments: the Lease is taken with the chart's RBAC too.
     lease = f"{release}-mqbalance-operator"
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "mqbalance", "operator", "--namespace", namespace,
-         "--kubeconfig", str(operator_config), "--metrics-port", str(free_port()),
-         f"--leader-election={lease}", "--lease-duration=15"],
-        env={**env, "POD_NAMESPACE": namespace, "POD_NAME": f"{release}-operator-0"},
-        stdout=operator_log, stderr=subprocess.STDOUT,
+    operator = ManagedProcess(
+        "operator",
+        mqbalance_argv(
+            "operator", "--namespace", namespace, "--kubeconfig", str(operator_config),
+            "--metrics-port", str(free_port()), f"--leader-election={lease}", "--lease-duration=15",
+        ),
+        {**env, "POD_NAMESPACE": namespace, "POD_NAME": f"{release}-operator-0"},
+        tmp_path / "operator.log",
     )  # fmt: skip
     sidecar_port = free_port()
-    sidecar_log = (tmp_path / "sidecar.log").open("wb")
-    sidecar = subprocess.Popen(
-        [sys.executable, "-m", "mqbalance", "sidecar", "--kubeconfig", str(sidecar_config),
-         "--port", str(sidecar_port), "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port())],
-        env={**env, "POD_NAME": f"{GROUP}-0", "POD_NAMESPACE": namespace, "MQBALANCE_GROUP": GROUP},
-        stdout=sidecar_log, stderr=subprocess.STDOUT,
+    sidecar = ManagedProcess(
+        "sidecar",
+        mqbalance_argv(
+            "sidecar", "--kubeconfig", str(sidecar_config), "--port", str(sidecar_port),
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()),
+        ),
+        {**env, "POD_NAME": f"{GROUP}-0", "POD_NAMESPACE": namespace, "MQBALANCE_GROUP": GROUP},
+        tmp_path / "sidecar.log",
     )  # fmt: skip
+    operator.spawn()
+    sidecar.spawn()
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     try:
 
         def published() -> AssignmentDocument | None:
-            assert operator.poll() is None, (tmp_path / "operator.log").read_text()
+            operator.check()
             try:
                 cm = core.read_namespaced_config_map(configmap_name(GROUP), namespace)
             except client.exceptions.ApiException:
@@ -234,7 +234,7 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
         assert wait_for("the ConsumerGroup status", status)["members"] == 2
 
         def served() -> dict[str, Any] | None:
-            assert sidecar.poll() is None, (tmp_path / "sidecar.log").read_text()
+            sidecar.check()
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{sidecar_port}/v1/queues", timeout=5) as resp:
                     body: dict[str, Any] = json.loads(resp.read())
@@ -248,10 +248,8 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
         assert held.spec is not None
         assert held.spec.holder_identity == f"{release}-operator-0"
     finally:
-        stop(sidecar)
-        stop(operator)
-        operator_log.close()
-        sidecar_log.close()
+        sidecar.stop()
+        operator.stop()
         core.delete_node(node)
     logs = (tmp_path / "operator.log").read_text() + (tmp_path / "sidecar.log").read_text()
     assert "403" not in logs, logs

@@ -148,7 +148,7 @@ def test_watching_namespaces_uses_roles_there_and_no_cluster_wide_namespaced_rig
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     (cluster_role,) = by_kind(docs, "ClusterRole")
     cluster_resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
-    assert cluster_resources == {"nodes", "namespaces", "customresourcedefinitions"}
+    assert cluster_resources == {"nodes"}
     (deployment,) = by_kind(docs, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args

@@ -12,7 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 from harness import kubelet
 from harness.cluster import LocalCluster
-from tests.integration.operator_support import OperatorProcess, wait_for
+from harness.polling import wait_for
+from harness.processes import OperatorProcess
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 

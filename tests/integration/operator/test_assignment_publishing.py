@@ -8,8 +8,10 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.polling import wait_for
+from mqbalance.contract import read_topic
 from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategySpec, Zones
-from mqbalance.operator.spec import parse_group, parse_topic
+from mqbalance.operator.spec import parse_group
 from mqbalance.strategies import allocate
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
@@ -18,7 +20,6 @@ from tests.integration.operator_support import (
     condition,
     events_of,
     status_of,
-    wait_for,
     wait_generation,
 )
 
@@ -71,7 +72,7 @@ def test_every_strategy_publishes_what_the_core_computes(
     apply_group(module_api, ns, f"orders-{key}", {**spec, "groupName": f"GID_{key}"})
 
     doc = wait_generation(module_api, ns, f"orders-{key}", 1)
-    route = parse_topic("orders", {"topicName": "TopicOrders", "brokers": BROKERS})
+    route = read_topic("orders", {"topicName": "TopicOrders", "brokers": BROKERS})
     strategy: StrategySpec = parse_group(f"orders-{key}", spec).strategy
     expected = allocate(
         strategy,

@@ -21,17 +21,16 @@ from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
-from mqbalance.document import AssignmentDocument
+from harness.polling import wait_for
+from harness.processes import OperatorProcess, SidecarProcess
+from mqbalance.contract import AssignmentDocument
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
     REPO,
-    OperatorProcess,
     apply_group,
     apply_topic,
     read_document,
-    wait_for,
 )
-from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 GROUP = "e2e"
 LABELS = {"app": "e2e"}

@@ -8,10 +8,11 @@ from typing import Any, cast
 from kubernetes import client
 
 from harness import kubelet
-from mqbalance.operator.spec import parse_topic
+from harness.polling import wait_for
+from harness.processes import OperatorProcess
+from mqbalance.contract import read_topic
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
-    OperatorProcess,
     apply_group,
     apply_topic,
     condition,
@@ -19,7 +20,6 @@ from tests.integration.operator_support import (
     events_of,
     read_document,
     status_of,
-    wait_for,
     wait_generation,
 )
 
@@ -27,7 +27,7 @@ GROUP, VERSION = "mqbalance.io", "v1alpha1"
 
 
 def _readable(brokers: list[dict[str, Any]], topic: str = "life") -> dict[str, Any]:
-    return {topic: parse_topic(topic, {"brokers": brokers}).readable_queues()}
+    return {topic: read_topic(topic, {"brokers": brokers}).readable_queues()}
 
 
 def _setup(

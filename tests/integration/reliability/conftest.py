@@ -14,10 +14,11 @@ from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
+from harness.processes import OperatorProcess
+from mqbalance.contract import read_topic
 from mqbalance.model import MessageQueue
-from mqbalance.operator.spec import parse_topic
 from tests.integration.operator_support import apply_topic
-from tests.integration.reliability.reliability_support import GenerationWatcher, KillableOperator
+from tests.integration.reliability.reliability_support import GenerationWatcher
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 
@@ -49,7 +50,7 @@ def nodes(cluster: LocalCluster) -> Iterator[list[str]]:
 
 
 def readable_queues() -> dict[str, list[MessageQueue]]:
-    return {name: parse_topic(name, {"brokers": b}).readable_queues() for name, b in TOPICS.items()}
+    return {name: read_topic(name, {"brokers": b}).readable_queues() for name, b in TOPICS.items()}
 
 
 @pytest.fixture
@@ -72,16 +73,16 @@ def watcher(
 @pytest.fixture
 def start_operator(
     cluster: LocalCluster, crds: None, namespace: str, tmp_path: Path
-) -> Iterator[Callable[..., KillableOperator]]:
+) -> Iterator[Callable[..., OperatorProcess]]:
     """Starts operators on the test's namespace (``name`` separates their logs); stops them afterwards."""
-    started: list[KillableOperator] = []
+    started: list[OperatorProcess] = []
 
-    def start(*extra: str, name: str = "operator", wait: bool = True) -> KillableOperator:
+    def start(*extra: str, name: str = "operator", wait: bool = True) -> OperatorProcess:
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
-        op = KillableOperator(cluster, [namespace], workdir, *extra)
+        op = OperatorProcess(cluster, [namespace], workdir, *extra)
         started.append(op)
-        op.start_detached()
+        op.spawn()
         if wait:
             op.wait_healthy()
         return op

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import signal
 import threading
 import time
 import uuid
@@ -16,43 +15,13 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from harness import kubelet
-from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, DocumentError
+from harness.polling import wait_for
+from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError
 from mqbalance.model import MessageQueue
 from tests.integration.invariants import assignment_problems
-from tests.integration.operator_support import (
-    OperatorProcess,
-    condition,
-    read_document,
-    status_of,
-    wait_for,
-)
+from tests.integration.operator_support import condition, read_document, status_of
 
 PUBLISHED_BY = "mqbalance.io/published-by"
-
-
-class KillableOperator(OperatorProcess):
-    """The operator subprocess, killable with SIGKILL the way a node or the OOM killer ends it."""
-
-    kills = 0
-
-    def start_detached(self) -> None:
-        """Start without waiting for /healthz (so a kill can land in the middle of start-up)."""
-        self.spawn()
-
-    def wait_healthy(self) -> None:
-        wait_for("the operator's /healthz", self._healthy, timeout=60)
-
-    def kill(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-        self.kills += 1
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
 
 # -- watching every published generation -----------------------------------------------------------

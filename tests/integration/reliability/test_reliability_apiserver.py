@@ -19,16 +19,16 @@ from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
-from mqbalance.document import configmap_name
+from harness.polling import wait_for
+from harness.processes import OperatorProcess, SidecarProcess
+from mqbalance.contract import configmap_name
 from mqbalance.model import MessageQueue
-from tests.integration.operator_support import apply_group, wait_for
+from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (
     Churn,
     GenerationWatcher,
-    KillableOperator,
     wait_converged,
 )
-from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 GROUP = "served"
 SPEC = {
@@ -94,7 +94,7 @@ def restart_loop(
     namespace: str,
     nodes: list[str],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
     sidecar: Callable[[str, str], SidecarProcess],
 ) -> dict[str, int]:
     rng = random.Random(7)
@@ -138,7 +138,7 @@ def restart_loop(
             assert side.returncode is None, f"the sidecar died after {name}:\n{side.tail()}"
     watcher.assert_clean()
     problems = unexpected_errors(op.log.read_text(errors="replace"))
-    problems += unexpected_errors(side.log_path.read_text(errors="replace"))
+    problems += unexpected_errors(side.log.read_text(errors="replace"))
     assert not problems, "unexpected errors in the logs:\n" + "\n".join(problems[:20])
     return {"restarts": restarts, "changes_after_restart": changes, "generations_checked": watcher.total()}
 
@@ -150,7 +150,7 @@ def test_api_server_and_etcd_restarts_lose_nothing(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
     sidecar: Callable[[str, str], SidecarProcess],
 ) -> None:
     figures = restart_loop(1, cluster, api_client, namespace, nodes, watcher, start_operator, sidecar)
@@ -166,7 +166,7 @@ def test_api_server_and_etcd_restarts_many_times(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
     sidecar: Callable[[str, str], SidecarProcess],
 ) -> None:
     figures = restart_loop(5, cluster, api_client, namespace, nodes, watcher, start_operator, sidecar)
@@ -180,7 +180,7 @@ def test_conflicting_writes_are_retried(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
 ) -> None:
     """Another writer keeps changing the ConfigMap while members change: the operator's stale writes
     get 409 Conflict, it re-reads and converges, keeping the other writer's annotation."""

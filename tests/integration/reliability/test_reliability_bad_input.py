@@ -13,6 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from harness import kubelet
+from harness.polling import wait_for
+from harness.processes import OperatorProcess
 from mqbalance.model import MessageQueue
 from tests.integration.operator_support import (
     GROUP,
@@ -21,13 +23,11 @@ from tests.integration.operator_support import (
     condition,
     custom,
     get_group,
-    wait_for,
 )
 from tests.integration.reliability.corpus import PROBE_LABELS, Case, corpus
 from tests.integration.reliability.reliability_support import (
     Churn,
     GenerationWatcher,
-    KillableOperator,
     wait_converged,
 )
 
@@ -75,7 +75,7 @@ def test_bad_input_corpus(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
 ) -> None:
     cases = corpus()
     assert len(cases) >= 100

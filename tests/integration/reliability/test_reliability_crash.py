@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from harness.polling import wait_for
+from harness.processes import OperatorProcess
 from mqbalance.model import MessageQueue
-from tests.integration.operator_support import apply_group, wait_for
+from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (
     Churn,
     GenerationWatcher,
-    KillableOperator,
     owner_count,
     wait_converged,
 )
@@ -46,7 +47,7 @@ def crash_loop(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
 ) -> dict[str, int]:
     rng = random.Random(seed)
     for group, spec in GROUPS.items():
@@ -126,7 +127,7 @@ def test_operator_survives_sigkill_during_bursts(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
 ) -> None:
     figures = crash_loop(10, 9, api_client, namespace, nodes, topics, watcher, start_operator)
     _report(figures)
@@ -140,7 +141,7 @@ def test_operator_survives_fifty_sigkills(
     nodes: list[str],
     topics: dict[str, list[MessageQueue]],
     watcher: GenerationWatcher,
-    start_operator: Callable[..., KillableOperator],
+    start_operator: Callable[..., OperatorProcess],
 ) -> None:
     figures = crash_loop(50, 2024, api_client, namespace, nodes, topics, watcher, start_operator)
     _report(figures)

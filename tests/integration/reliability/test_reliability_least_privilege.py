@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from harness.cluster import ensure_binaries
-from tests.integration.sidecar.sidecar_process import SidecarProcess
+from harness.processes import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[3]
 POWERFUL_VERBS = {"*", "escalate", "bind", "impersonate", "deletecollection"}

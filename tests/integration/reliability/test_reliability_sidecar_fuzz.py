@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mqbalance.document import AssignmentDocument
+from harness.processes import SidecarProcess
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
-from tests.integration.sidecar.sidecar_process import SidecarProcess
 
 CHECKS = ",".join(
     [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cluster import LocalCluster
-from tests.integration.sidecar.sidecar_process import SidecarProcess
+from harness.processes import SidecarProcess
 
 
 @pytest.fixture

@@ -15,10 +15,11 @@ from typing import Any
 
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from mqbalance.document import AssignmentDocument
+from harness.processes import SidecarProcess
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError
-from tests.integration.sidecar.sidecar_process import SidecarProcess, configmap_body
+from tests.integration.sidecar.sidecar_process import configmap_body
 
 POD = "orders-5d8f-abcde"
 OTHER = "orders-5d8f-fghij"

@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import Broker, MessageQueue, TopicRoute
 from mqbalance.producer import Generation, QueueSelector
 from mqbalance.sidecar.app import STATE, create_app

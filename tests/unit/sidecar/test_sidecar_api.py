@@ -10,7 +10,7 @@ import pytest
 from aiohttp import ClientResponse
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 from mqbalance.model import Broker, TopicRoute
 from mqbalance.producer import QueueSelector, select_by_hash, writable_queues
 from mqbalance.sidecar.app import create_metrics_app

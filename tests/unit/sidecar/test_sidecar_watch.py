@@ -1,4 +1,5 @@
-"""The API watch against a scripted API server: relist after 410 Gone, retry after errors."""
+"""The sidecar's watches against a scripted API server: relist after 410 Gone, retry after errors,
+a ConfigMap without a document kept out, Topics read by the contract's reader."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument
+from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument
+from mqbalance.kube import Backoff, KubeClient
 from mqbalance.model import UNKNOWN_ZONE
-from mqbalance.sidecar.kube import KubeClient
-from mqbalance.sidecar.watch import Backoff, ConfigMapHandler, Reflector, TopicHandler
+from mqbalance.sidecar.watch import KubernetesSource
 from tests.unit.sidecar.sidecar_support import FakeClock, document, make_config, make_state
 
 pytestmark = pytest.mark.asyncio
@@ -88,17 +89,10 @@ async def test_watch_relists_after_gone_and_retries_after_errors(aiohttp_server:
     state.withdraw = recording_withdraw  # type: ignore[method-assign]
 
     async with aiohttp.ClientSession() as session:
-        kube = KubeClient(host=str(server.make_url("")).rstrip("/"), session=session)
-        reflector = Reflector(
-            kube,
-            PATH,
-            ConfigMapHandler(state, "orders"),
-            name="configmap/orders-assignment",
-            field_selector="metadata.name=orders-assignment",
-            state=state,
-            backoff=Backoff(initial=0.01, maximum=0.05),
-        )
-        task = asyncio.create_task(reflector.run())
+        kube = KubeClient(str(server.make_url("")).rstrip("/"), session)
+        informer = KubernetesSource(kube, "shop", ["orders"]).configmap_informer(state, "orders")
+        informer._backoff = Backoff(initial=0.01, maximum=0.05)
+        task = asyncio.create_task(informer.run())
         try:
             await asyncio.wait_for(api.parked.wait(), 10)
         finally:
@@ -124,8 +118,8 @@ async def test_watch_relists_after_gone_and_retries_after_errors(aiohttp_server:
 
 async def test_topic_resources_become_routes() -> None:
     state = make_state(make_config(), FakeClock())
-    handler = TopicHandler(state)
-    orders = {
+    informer = KubernetesSource(None, "shop", ["orders"]).topic_informer(state)  # type: ignore[arg-type]
+    orders: dict[str, Any] = {
         "metadata": {"name": "orders-topic"},
         "spec": {
             "topicName": "orders",
@@ -136,8 +130,8 @@ async def test_topic_resources_become_routes() -> None:
         },
     }
     unnamed = {"metadata": {"name": "audit"}, "spec": {"brokers": [{"name": "b", "readQueueNums": 1}]}}
-    handler.on_list([orders, unnamed])  # the malformed one is skipped, not fatal
-    found = state.route("orders")
+    informer.on_list({("shop", "orders-topic"): orders["spec"], ("shop", "audit"): unnamed["spec"]})  # type: ignore[dict-item]
+    found = state.route("orders")  # the malformed one is skipped, not fatal
     assert found is not None
     resource, route = found
     assert resource == "orders-topic"
@@ -147,13 +141,12 @@ async def test_topic_resources_become_routes() -> None:
     ]
     assert len(route.writable_queues()) == 2
     assert state.route("audit") is None
-    handler.on_event(
-        "ADDED",
-        {
-            "metadata": {"name": "audit"},
-            "spec": {"brokers": [{"name": "b", "readQueueNums": 1, "writeQueueNums": 1}]},
-        },
-    )
+    fixed = {"brokers": [{"name": "b", "readQueueNums": 1, "writeQueueNums": 1}]}
+    informer.on_event("MODIFIED", ("shop", "audit"), fixed)
     assert state.route("audit") is not None  # topicName defaults to the resource name
-    handler.on_event("DELETED", orders)
+    informer.on_event("DELETED", ("shop", "orders-topic"), orders["spec"])
     assert state.route("orders") is None
+    # The same reader as the operator's: a broker listed twice is refused, not half-served.
+    twice = {"brokers": [fixed["brokers"][0], fixed["brokers"][0]]}
+    informer.on_event("MODIFIED", ("shop", "audit"), twice)
+    assert state.route("audit") is None

@@ -1,0 +1,255 @@
+"""The product's processes as tests, benchmarks and the demo run them: ``mqbalance operator`` and
+``mqbalance sidecar`` as subprocesses against a cluster, each logging to its own file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.cluster import LocalCluster, free_port
+from harness.polling import wait_for
+from mqbalance.journal import JournalRecord
+from mqbalance.sidecar.client import SidecarClient
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class ProcessExited(AssertionError):
+    """A process stopped that should still run; the message holds the end of its log."""
+
+
+def mqbalance_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mqbalance", *args]
+
+
+def cluster_env(cluster: LocalCluster, **extra: str) -> dict[str, str]:
+    """The environment of a process run against ``cluster`` from outside it."""
+    env = {**cluster.env, "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("KUBERNETES_SERVICE_HOST", None)  # never take the in-cluster path by accident
+    return env
+
+
+class ManagedProcess:
+    """A child process logging to a file: stopped with SIGTERM (then SIGKILL), or killed outright."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        log: Path,
+        error: type[Exception] = ProcessExited,
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = dict(env)
+        self.log = log
+        self.error = error
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.kills = 0
+        self.started_at = 0.0
+        """``time.perf_counter()`` when the process was spawned."""
+
+    def spawn(self) -> None:
+        """Start the process without waiting for anything."""
+        self.started_at = time.perf_counter()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"the {self.name} is not running"
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def check(self) -> None:
+        """Raise ``error`` with the end of the log if the process has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise self.error(f"the {self.name} exited with code {self.proc.returncode}:\n{self.tail()}")
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL, the way a node failure or the OOM killer ends a process."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        self.kills += 1
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def parse_metric(text: str, name: str, labels: Mapping[str, str]) -> float:
+    """Sum of the samples of ``name`` in Prometheus text whose labels include ``labels`` (0 when none)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric, _, rest = head.partition("{")
+        if metric != name:
+            continue
+        got = {}
+        for part in rest.rstrip("}").split('",'):
+            if "=" in part:
+                key, _, val = part.partition("=")
+                got[key.strip()] = val.strip().strip('"')
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+class OperatorProcess(ManagedProcess):
+    """``mqbalance operator`` serving ``namespaces``, its journal and log in ``workdir``."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        namespaces: list[str],
+        workdir: Path,
+        *extra: str,
+        env: Mapping[str, str] | None = None,
+        error: type[Exception] = ProcessExited,
+    ) -> None:
+        self.cluster = cluster
+        self.namespaces = namespaces
+        self.workdir = workdir
+        self.extra = extra
+        self.journal = workdir / "journal.jsonl"
+        self.port = 0
+        super().__init__("operator", [], env or cluster_env(cluster), workdir / "operator.log", error)
+
+    def spawn(self) -> None:
+        self.port = free_port()
+        argv = ["operator", "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1"]
+        argv += ["--journal", str(self.journal), *self.extra]
+        for ns in self.namespaces:
+            argv += ["--namespace", ns]
+        self.argv = mqbalance_argv(*argv)
+        super().spawn()
+
+    def start(self, timeout: float = 60) -> None:
+        self.spawn()
+        self.wait_healthy(timeout)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        wait_for("the operator's /healthz", self.healthy, timeout, error=self.error)
+
+    def healthy(self) -> bool:
+        self.check()
+        return _http_ok(f"http://127.0.0.1:{self.port}/healthz")
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
+        return parse_metric(self.metrics_text(), name, labels)
+
+    def reconciles(self) -> int:
+        """Reconciles finished (any result); 0 before the operator answers."""
+        try:
+            return int(self.metric("mqbalance_reconciles_total"))
+        except OSError:
+            return 0
+
+    def journal_records(self) -> list[JournalRecord]:
+        if not self.journal.exists():
+            return []
+        return [JournalRecord.decode(line) for line in self.journal.read_text().splitlines() if line.strip()]
+
+
+class SidecarProcess(ManagedProcess):
+    """``mqbalance sidecar`` with ``args``, on free ports of 127.0.0.1."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log: Path,
+        *args: str,
+        metrics: bool = True,
+        env: Mapping[str, str] | None = None,
+        error: type[Exception] = ProcessExited,
+    ) -> None:
+        self.port = free_port()
+        self.metrics_port = free_port() if metrics else 0
+        argv = ["sidecar", "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
+        if metrics:
+            argv += ["--metrics-host", "127.0.0.1"]
+        environment = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "MQBALANCE_LOG_LEVEL": "DEBUG",
+            **(env or {}),
+        }
+        environment.pop("KUBERNETES_SERVICE_HOST", None)
+        super().__init__("sidecar", mqbalance_argv(*argv, *args), environment, log, error)
+        self.client = SidecarClient(f"http://127.0.0.1:{self.port}")
+
+    def start(self, timeout: float = 60) -> None:
+        self.spawn()
+        wait_for(f"the sidecar to listen on port {self.port}", self.listening, timeout, error=self.error)
+
+    def listening(self) -> bool:
+        self.check()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2).close()
+        except urllib.error.HTTPError:
+            return True  # it answers: up
+        except OSError:
+            return False
+        return True
+
+    def metric(self, name: str, **labels: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return parse_metric(r.read().decode(), name, labels)
+
+    def long_poll(self, after: int, timeout: float = 30) -> int:
+        """Block until the sidecar serves a generation other than ``after``; that generation."""
+        return int(self.client.wait_for_change(after, timeout)["generation"])

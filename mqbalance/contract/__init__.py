@@ -1,0 +1,59 @@
+"""The contract between the parts: resource names and labels, the assignment document the
+operator publishes and the sidecars serve, and the one reader of each wire format (Topic
+specs, strategies). Pure: no Kubernetes, HTTP or Spark; the operator and the sidecar meet
+only here.
+"""
+
+from mqbalance.contract.document import (
+    CONFIGMAP_KEY,
+    AssignmentDocument,
+    DocumentError,
+    configmap_name,
+    decode_queue_map,
+    encode_queue_map,
+)
+from mqbalance.contract.errors import SpecError
+from mqbalance.contract.names import (
+    API_PATH,
+    API_VERSION,
+    CONSUMER_GROUP_KIND,
+    CONSUMER_GROUPS,
+    GENERATION_ANNOTATION,
+    GROUP,
+    GROUP_LABEL,
+    MANAGED_BY,
+    MAX_GROUP_NAME,
+    TOPIC_KIND,
+    TOPICS,
+    VERSION,
+    custom_path,
+)
+from mqbalance.contract.strategy import read_strategy, write_strategy
+from mqbalance.contract.topic import read_topic, topic_name
+
+__all__ = [
+    "API_PATH",
+    "API_VERSION",
+    "CONFIGMAP_KEY",
+    "CONSUMER_GROUPS",
+    "CONSUMER_GROUP_KIND",
+    "GENERATION_ANNOTATION",
+    "GROUP",
+    "GROUP_LABEL",
+    "MANAGED_BY",
+    "MAX_GROUP_NAME",
+    "TOPICS",
+    "TOPIC_KIND",
+    "VERSION",
+    "AssignmentDocument",
+    "DocumentError",
+    "SpecError",
+    "configmap_name",
+    "custom_path",
+    "decode_queue_map",
+    "encode_queue_map",
+    "read_strategy",
+    "read_topic",
+    "topic_name",
+    "write_strategy",
+]

@@ -1,0 +1,31 @@
+"""Names the operator, the sidecar, the chart and the clients agree on."""
+
+from __future__ import annotations
+
+GROUP = "mqbalance.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+API_PATH = f"/apis/{GROUP}/{VERSION}"
+
+TOPIC_KIND, TOPICS = "Topic", "topics"
+CONSUMER_GROUP_KIND, CONSUMER_GROUPS = "ConsumerGroup", "consumergroups"
+
+MANAGED_BY = ("app.kubernetes.io/managed-by", "mqbalance")
+"""Label (key, value) on every object the operator writes."""
+GROUP_LABEL = "mqbalance.io/group"
+"""Label on a group's ConfigMaps: the ConsumerGroup resource name."""
+GENERATION_ANNOTATION = "mqbalance.io/generation"
+"""Annotation on the assignment ConfigMap: the generation it holds."""
+MAX_GROUP_NAME = 63
+"""Longest ConsumerGroup resource name: it is a label value on the group's ConfigMaps."""
+
+
+def custom_path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
+    """The API path of our custom resources (all of a kind, a namespace's, or one)."""
+    path = API_PATH
+    if namespace is not None:
+        path += f"/namespaces/{namespace}"
+    path += f"/{plural}"
+    if name is not None:
+        path += f"/{name}"
+    return path

@@ -1,0 +1,21 @@
+"""The one Kubernetes edge of the operator and the sidecar: an asynchronous API client, the
+list-and-watch informer, and Lease locks. Nothing else in the product talks to the API server."""
+
+from mqbalance.kube.client import MERGE_PATCH, ApiError, Conflict, Gone, KubeClient
+from mqbalance.kube.informer import Backoff, Informer, Key, object_key
+from mqbalance.kube.lease import LeaseElector, LeaseLock, default_identity
+
+__all__ = [
+    "MERGE_PATCH",
+    "ApiError",
+    "Backoff",
+    "Conflict",
+    "Gone",
+    "Informer",
+    "Key",
+    "KubeClient",
+    "LeaseElector",
+    "LeaseLock",
+    "default_identity",
+    "object_key",
+]

@@ -1,0 +1,203 @@
+"""The operator's parts wired together and run: the client, the informers, the controller and its
+workers, the Event poster, the metrics endpoint, and leader election.
+
+kopf runs the process: ``mqbalance operator`` is ``kopf.run``, whose start-up handler starts a
+:class:`Runtime` and whose clean-up handler stops it, and kopf handles the signals. kopf
+watches nothing: per-object handlers, daemons and finalizers cost a task, a batching window
+and writes per object, which at thousands of groups outweigh everything else the operator
+does (docs/architecture.md). The informers here watch ConsumerGroups, Topics, Pods, Nodes and
+the assignment ConfigMaps into caches, and a keyed work queue does the rest, as
+controller-runtime does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, TOPICS
+from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, default_identity
+from mqbalance.operator.controller import Controller
+from mqbalance.operator.journal import Journal
+from mqbalance.operator.membership import pod_info
+from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
+from mqbalance.operator.settings import OperatorConfig
+from mqbalance.operator.writes import Writer
+
+logger = logging.getLogger("mqbalance.operator")
+
+CONFIGMAP_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{GROUP_LABEL}"
+
+
+class Runtime:
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self.exit_code = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._http: web.AppRunner | None = None
+        self._client: KubeClient | None = None
+        self._lock: LeaseLock | None = None
+        self.controller: Controller | None = None
+        self.standby = bool(config.leader_election)
+
+    async def start(self, stop: asyncio.Event) -> None:
+        """Serve /healthz and /metrics at once, then (once elected, if electing) operate.
+
+        ``stop`` is set when the process should end: the Lease was lost.
+        """
+        config = self.config
+        self._client = client = await KubeClient.connect(config.kubeconfig, requests=config.max_requests)
+        registry = CollectorRegistry()
+        writer = Writer(client)
+        metrics = OperatorMetrics(registry, lambda: self.controller.gauges() if self.controller else [])
+        self.controller = Controller(
+            writer, metrics, Journal(config.journal), debounce_override=config.debounce_override
+        )
+        self._http = await serve(create_app(registry, self._health), config.metrics_port, config.metrics_host)
+        logger.info("metrics and /healthz on port %d", config.metrics_port)
+        self._tasks.append(asyncio.create_task(self._run(client, writer, stop), name="operator"))
+
+    async def _run(self, client: KubeClient, writer: Writer, stop: asyncio.Event) -> None:
+        config, controller = self.config, self.controller
+        assert controller is not None
+        elector: LeaseElector | None = None
+        if config.leader_election and config.lease_namespace:
+            self._lock = LeaseLock(
+                client,
+                config.lease_namespace,
+                config.leader_election,
+                default_identity(),
+                config.lease_duration,
+            )
+            elector = LeaseElector(self._lock)
+            await elector.acquire()
+            self.standby = False
+        informers = create_informers(client, controller, config)
+        tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
+        tasks.append(asyncio.create_task(wait_synced(controller, informers), name="synced"))
+        tasks += [asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)]
+        tasks.append(asyncio.create_task(writer.run_event_poster(), name="events"))
+        self._tasks += tasks
+        if elector is not None:
+            await elector.hold()
+            # Lost: stop at once, as controller-runtime's managers do; the pod restarts as a standby.
+            self.exit_code = 1
+            stop.set()
+
+    def _health(self) -> dict[str, Any]:
+        if self.standby:
+            return {"standby": True, "groups": 0}
+        return {"groups": len(self.controller.groups) if self.controller else 0}
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._lock is not None and self._lock.held:
+            await self._lock.release()
+        if self._http is not None:
+            await self._http.cleanup()
+        if self.controller is not None:
+            self.controller.journal.close()
+        if self._client is not None:
+            await self._client.close()
+
+
+def create_informers(
+    client: KubeClient, controller: Controller, config: OperatorConfig
+) -> list[Informer[Any]]:
+    """ConsumerGroups, Topics, Pods and our ConfigMaps in every served namespace (or all), all Nodes."""
+    scopes = [""] if config.all_namespaces else [f"/namespaces/{ns}" for ns in config.namespaces]
+    informers: list[Informer[Any]] = [Informer(client, "/api/v1/nodes", node_labels, controller.on_node)]
+    for scope in scopes:
+        informers += [
+            Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, controller.on_group),
+            Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, controller.on_topic),
+            Informer(client, f"/api/v1{scope}/pods", pod_info, controller.on_pod),
+            Informer(
+                client,
+                f"/api/v1{scope}/configmaps",
+                configmap_snapshot,
+                controller.on_configmap,
+                label_selector=CONFIGMAP_SELECTOR,
+            ),
+        ]
+    return informers
+
+
+async def wait_synced(controller: Controller, informers: list[Informer[Any]]) -> None:
+    await asyncio.gather(*(informer.synced.wait() for informer in informers))
+    controller.synced.set()
+    logger.info(
+        "listed %d groups, %d topics, %d pods, %d nodes, %d assignment ConfigMaps; groups reconcile now",
+        len(controller.groups),
+        len(controller.topics),
+        len(controller.pods),
+        len(controller.node_labels),
+        len(controller.configmaps),
+    )
+
+
+def node_labels(body: Mapping[str, Any]) -> dict[str, str]:
+    return dict((body.get("metadata") or {}).get("labels") or {})
+
+
+def _meta(body: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {k: meta.get(k) for k in keys}
+
+
+def group_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the operator keeps of a ConsumerGroup: what it reconciles from and what its writes need."""
+    return {
+        "kind": body.get("kind"),
+        "metadata": _meta(body, "namespace", "name", "uid", "generation", "finalizers"),
+        "spec": body.get("spec") or {},
+        "status": body.get("status") or {},
+    }
+
+
+def topic_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": _meta(body, "namespace", "name", "generation"),
+        "spec": body.get("spec") or {},
+        "status": body.get("status") or {},
+    }
+
+
+def configmap_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {"metadata": meta, "data": dict(body.get("data") or {})}
+
+
+async def run_with_kopf(config: OperatorConfig) -> int:
+    """Run the operator under kopf until a signal (0) or the loss of the Lease (1)."""
+    import kopf
+
+    stop = asyncio.Event()
+    runtime = Runtime(config)
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # kopf's own client (it lists the API groups at start) uses the same credentials.
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # Events are posted by the Writer, not from log lines
+        await runtime.start(stop)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await runtime.stop()
+
+    with contextlib.suppress(asyncio.CancelledError):
+        await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
+    return runtime.exit_code

@@ -1,0 +1,128 @@
+"""A keyed work queue, as controller-runtime's: every key is processed by one worker at a time,
+a key added while queued is queued once, and a key added while processed runs again after.
+
+Delayed adds (debounce windows, retries) keep the earliest time asked for, so a burst of
+changes inside a window becomes one reconcile at its end. Time comes from an injected
+:class:`Timer`, so tests drive it by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Timer(Protocol):
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> asyncio.TimerHandle | None: ...
+
+
+class LoopTimer:
+    """The event loop's own clock."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_at(when, callback)
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, timer: Timer | None = None) -> None:
+        self.timer: Timer = timer or LoopTimer()
+        self._queue: deque[K] = deque()
+        self._queued: set[K] = set()
+        self._active: set[K] = set()
+        self._again: set[K] = set()
+        self._delayed: dict[K, tuple[float, asyncio.TimerHandle | None]] = {}
+        self._getters: deque[asyncio.Future[K]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def busy(self) -> int:
+        """Keys being processed now."""
+        return len(self._active)
+
+    def add(self, key: K) -> None:
+        """Process ``key`` as soon as a worker is free (and after its current run, if any)."""
+        pending = self._delayed.pop(key, None)
+        if pending is not None and pending[1] is not None:
+            pending[1].cancel()
+        if key in self._active:
+            self._again.add(key)
+        elif key not in self._queued:
+            while self._getters:  # a worker is waiting: hand the key over
+                getter = self._getters.popleft()
+                if not getter.done():
+                    self._active.add(key)
+                    getter.set_result(key)
+                    return
+            self._queued.add(key)
+            self._queue.append(key)
+
+    def add_after(self, key: K, delay: float) -> None:
+        """Process ``key`` after ``delay`` seconds, or earlier if it is already due earlier."""
+        if delay <= 0:
+            self.add(key)
+            return
+        if key in self._queued:
+            return
+        when = self.timer.now() + delay
+        pending = self._delayed.get(key)
+        if pending is not None and pending[0] <= when:
+            return
+        if pending is not None and pending[1] is not None:
+            pending[1].cancel()
+        self._delayed[key] = (when, self.timer.call_at(when, lambda: self._due(key, when)))
+
+    def due_at(self, key: K) -> float | None:
+        """When a delayed ``key`` will be queued, if it is waiting."""
+        pending = self._delayed.get(key)
+        return pending[0] if pending is not None else None
+
+    def forget(self, key: K) -> None:
+        """Drop a delayed or queued ``key`` (its object is gone)."""
+        pending = self._delayed.pop(key, None)
+        if pending is not None and pending[1] is not None:
+            pending[1].cancel()
+        if key in self._queued:
+            self._queued.discard(key)
+            self._queue.remove(key)
+        self._again.discard(key)
+
+    async def get(self) -> K:
+        """The next key; the caller must call :meth:`done` with it when finished."""
+        if self._queue:
+            key = self._queue.popleft()
+            self._queued.discard(key)
+            self._active.add(key)
+            return key
+        getter: asyncio.Future[K] = asyncio.get_running_loop().create_future()
+        self._getters.append(getter)
+        try:
+            return await getter
+        except asyncio.CancelledError:
+            if getter.done() and not getter.cancelled():  # handed a key, then cancelled: give it back
+                key = getter.result()
+                self._active.discard(key)
+                self.add(key)
+            raise
+
+    def done(self, key: K) -> None:
+        self._active.discard(key)
+        if key in self._again:
+            self._again.discard(key)
+            self.add(key)
+
+    def _due(self, key: K, when: float) -> None:
+        pending = self._delayed.get(key)
+        if pending is not None and pending[0] == when:
+            del self._delayed[key]
+            self.add(key)

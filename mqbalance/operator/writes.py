@@ -1,0 +1,207 @@
+"""Every write the operator makes: the assignment ConfigMap, status, Events.
+
+Concurrency is optimistic: the ConfigMap is replaced with the resourceVersion last read,
+and a 409 raises :class:`Conflict` so the caller re-reads and reconciles again from the
+fresh state (a create that finds the object already there is the same thing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from mqbalance.contract import (
+    API_VERSION,
+    CONFIGMAP_KEY,
+    CONSUMER_GROUP_KIND,
+    GENERATION_ANNOTATION,
+    GROUP_LABEL,
+    MANAGED_BY,
+    AssignmentDocument,
+    DocumentError,
+    configmap_name,
+    custom_path,
+)
+from mqbalance.kube import ApiError, Conflict, KubeClient
+
+logger = logging.getLogger("mqbalance.operator")
+
+EVENT_QUEUE = 10_000
+"""Events waiting to be posted; beyond it new ones are dropped (and counted), as kopf does."""
+
+
+@dataclass
+class Published:
+    """The assignment ConfigMap as last read or written."""
+
+    document: AssignmentDocument | None
+    resource_version: str | None
+    """None when the ConfigMap does not exist."""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None
+    """Why the existing document could not be read (it is then treated as absent)."""
+
+
+def published_from(obj: Mapping[str, Any] | None) -> Published:
+    """A ConfigMap as read (a GET or the watch cache); None is one that does not exist."""
+    if obj is None:
+        return Published(None, None)
+    meta = obj.get("metadata") or {}
+    published = Published(
+        None,
+        meta.get("resourceVersion"),
+        dict(meta.get("labels") or {}),
+        dict(meta.get("annotations") or {}),
+    )
+    text = (obj.get("data") or {}).get(CONFIGMAP_KEY)
+    if text is None:
+        published.problem = f"ConfigMap {meta.get('name', '')} has no key {CONFIGMAP_KEY}"
+        return published
+    try:
+        published.document = AssignmentDocument.decode(text)
+    except DocumentError as e:
+        published.problem = f"ConfigMap {meta.get('name', '')}: {e}"
+    return published
+
+
+def configmap_body(
+    owner: Mapping[str, Any], document: AssignmentDocument, current: Published
+) -> dict[str, Any]:
+    """The ConfigMap for ``document``, owned by the ConsumerGroup; foreign labels and annotations are kept."""
+    meta = owner["metadata"]
+    labels = {**current.labels, MANAGED_BY[0]: MANAGED_BY[1], GROUP_LABEL: meta["name"]}
+    annotations = {**current.annotations, GENERATION_ANNOTATION: str(document.generation)}
+    metadata: dict[str, Any] = {
+        "name": configmap_name(meta["name"]),
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if current.resource_version is not None:
+        metadata["resourceVersion"] = current.resource_version
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": {CONFIGMAP_KEY: document.encode()},
+    }
+
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": CONSUMER_GROUP_KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+class Writer:
+    """The operator's writes through the one client."""
+
+    def __init__(self, client: KubeClient, component: str = "mqbalance-operator") -> None:
+        self.client = client
+        self.component = component
+        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(EVENT_QUEUE)
+        self.events_dropped = 0
+
+    async def read_published(self, namespace: str, group: str) -> Published:
+        path = f"/api/v1/namespaces/{_q(namespace)}/configmaps/{_q(configmap_name(group))}"
+        try:
+            return published_from(await self.client.get(path))
+        except ApiError as e:
+            if e.status == 404:
+                return Published(None, None)
+            raise
+
+    async def publish(
+        self, owner: Mapping[str, Any], document: AssignmentDocument, current: Published
+    ) -> Published:
+        """Create or replace the group's ConfigMap; Conflict when it changed since ``current`` was read."""
+        meta = owner["metadata"]
+        body = configmap_body(owner, document, current)
+        base = f"/api/v1/namespaces/{_q(meta['namespace'])}/configmaps"
+        try:
+            if current.resource_version is None:
+                obj = await self.client.create(base, body)
+            else:
+                obj = await self.client.replace(f"{base}/{_q(configmap_name(meta['name']))}", body)
+        except Conflict:
+            raise Conflict(409, f"ConfigMap {configmap_name(meta['name'])} changed meanwhile") from None
+        written = obj.get("metadata") or {}
+        return Published(
+            document,
+            written.get("resourceVersion"),
+            dict(written.get("labels") or {}),
+            dict(written.get("annotations") or {}),
+        )
+
+    async def remove_finalizer(
+        self, namespace: str, plural: str, name: str, finalizers: list[str], which: str
+    ) -> None:
+        """Remove finalizer ``which`` if the object still lists it where it did (a JSON patch with a test)."""
+        index = finalizers.index(which)
+        path = f"/metadata/finalizers/{index}"
+        operations = [{"op": "test", "path": path, "value": which}, {"op": "remove", "path": path}]
+        await self.client.json_patch(custom_path(plural, _q(namespace), _q(name)), operations)
+
+    async def patch_status(self, namespace: str, plural: str, name: str, status: Mapping[str, Any]) -> None:
+        path = custom_path(plural, _q(namespace), _q(name)) + "/status"
+        await self.client.merge_patch(path, {"status": dict(status)})
+
+    # -- Events: posted in the background, off every reconcile's path --------------------------
+
+    def post_event(self, involved: Mapping[str, Any], type: str, reason: str, message: str) -> None:
+        meta = involved["metadata"]
+        now = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": involved.get("kind") or CONSUMER_GROUP_KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type,
+            "reason": reason,
+            "message": message[:1000],  # the API server caps messages at 1 KiB
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._events.put_nowait(event)
+        except asyncio.QueueFull:
+            self.events_dropped += 1
+
+    async def run_event_poster(self) -> None:
+        """Post queued Events until cancelled; a failed post is logged and dropped."""
+        while True:
+            event = await self._events.get()
+            path = f"/api/v1/namespaces/{_q(event['metadata']['namespace'])}/events"
+            try:
+                await self.client.create(path, event)
+            except ApiError as e:
+                logger.debug(
+                    "event %s on %s not posted: %s", event["reason"], event["involvedObject"]["name"], e
+                )

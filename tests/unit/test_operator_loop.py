@@ -1,0 +1,356 @@
+"""The group loop with a fake API and a hand-driven clock: debounce, conflicts, backoff, gating.
+
+The fake API keeps objects by path with resourceVersions (so a stale replace conflicts, as on a
+real server) and can be told to fail; the work queue's timer is advanced by hand, so the tests
+say exactly when a reconcile happens. Integration tests run the same loop on a real API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from mqbalance.contract import configmap_name
+from mqbalance.kube import ApiError, Conflict
+from mqbalance.operator.controller import Controller
+from mqbalance.operator.membership import PodInfo
+from mqbalance.operator.metrics import OperatorMetrics
+from mqbalance.operator.spec import LabelSelector, Requirement
+from mqbalance.operator.workqueue import WorkQueue
+from mqbalance.operator.writes import Writer
+
+pytestmark = pytest.mark.asyncio
+
+NS = "ns"
+CM_PATH = f"/api/v1/namespaces/{NS}/configmaps"
+
+
+class FakeApi:
+    """Objects by path with resourceVersions; ``fail`` holds errors to raise on the next writes."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.versions = itertools.count(1)
+        self.fail: list[ApiError] = []
+        self.writes: list[tuple[str, str]] = []
+        self.events: list[dict[str, Any]] = []
+        self.json_patches: list[list[dict[str, Any]]] = []
+
+    def _written(self, method: str, path: str) -> None:
+        self.writes.append((method, path))
+        if self.fail:
+            raise self.fail.pop(0)
+
+    async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+        if path not in self.objects:
+            raise ApiError(404, "not found")
+        return self.objects[path]
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        if path.endswith("/events"):
+            self.events.append(dict(body))
+            return dict(body)
+        self._written("POST", path)
+        full = f"{path}/{body['metadata']['name']}"
+        if full in self.objects:
+            raise Conflict(409, "already exists")
+        return self._store(full, body)
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._written("PUT", path)
+        current = self.objects.get(path)
+        if current is None or current["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
+            raise Conflict(409, "the object has been modified")
+        return self._store(path, body)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self._written("PATCH", path)
+        return dict(patch)
+
+    async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        self._written("JSON-PATCH", path)
+        self.json_patches.append(operations)
+        return {}
+
+    def _store(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(next(self.versions))}}
+        self.objects[path] = stored
+        return stored
+
+    def foreign_write(self, path: str) -> None:
+        """Someone else replaces the object: our resourceVersion goes stale."""
+        self._store(path, self.objects[path])
+
+
+class HandTimer:
+    """The work queue's clock, advanced by hand."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+
+    def now(self) -> float:
+        return self.time
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        heapq.heappush(self._due, (when, next(self._order), callback))
+
+    def advance(self, seconds: float) -> None:
+        self.time += seconds
+        while self._due and self._due[0][0] <= self.time:
+            heapq.heappop(self._due)[2]()
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def write(self, record: Any) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+TOPIC = {
+    "metadata": {"namespace": NS, "name": "t", "generation": 1},
+    "spec": {"brokers": [{"name": "b", "readQueueNums": 4, "writeQueueNums": 4}]},
+    # What the operator writes, so no Topic status patch takes part in these tests.
+    "status": {"observedGeneration": 1, "brokers": 1, "readableQueues": 4, "writableQueues": 4},
+}
+
+
+def group(debounce: float = 2.0, **spec: Any) -> dict[str, Any]:
+    return {
+        "kind": "ConsumerGroup",
+        "metadata": {"namespace": NS, "name": "g", "uid": "u1", "generation": 1},
+        "spec": {
+            "topics": ["t"],
+            "selector": {"matchLabels": {"app": "g"}},
+            "debounceSeconds": debounce,
+            **spec,
+        },
+        "status": {},
+    }
+
+
+def pod(name: str, **labels: str) -> PodInfo:
+    return PodInfo(name, {"app": "g", **labels}, "n1", running=True, ready=True)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.timer = HandTimer()
+        self.journal = Journal()
+        self.registry = CollectorRegistry()
+        self.controller = Controller(
+            Writer(self.api),  # type: ignore[arg-type]
+            OperatorMetrics(self.registry, list),
+            self.journal,  # type: ignore[arg-type]
+            clock=lambda: 1_800_000_000.0,
+            queue=WorkQueue(self.timer),
+        )
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Harness:
+        self.tasks = [asyncio.create_task(self.controller.run_worker()) for _ in range(2)]
+        self.tasks.append(asyncio.create_task(self.controller.writer.run_event_poster()))
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def settle(self) -> None:
+        """Let the workers run until nothing is queued or being processed."""
+        for _ in range(200):
+            await asyncio.sleep(0)
+            queue = self.controller.queue
+            if not len(queue) and not queue.busy:
+                await asyncio.sleep(0)
+                if not len(queue) and not queue.busy:
+                    return
+        pytest.fail("the work queue did not settle")
+
+    def published_generations(self) -> list[int]:
+        return [r.generation for r in self.journal.records]
+
+    def counter(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+async def start(h: Harness, body: Mapping[str, Any], pods: list[PodInfo]) -> None:
+    c = h.controller
+    c.on_topic((NS, "t"), None, TOPIC)
+    for p in pods:
+        c.on_pod((NS, p.name), None, p)
+    c.on_group((NS, "g"), None, body)
+    c.synced.set()
+    await h.settle()
+
+
+async def test_nothing_is_reconciled_before_every_cache_is_listed() -> None:
+    async with Harness() as h:
+        h.controller.on_topic((NS, "t"), None, TOPIC)
+        h.controller.on_group((NS, "g"), None, group())
+        h.controller.on_pod((NS, "p1"), None, pod("p1"))
+        await asyncio.sleep(0.01)
+        assert h.api.writes == []
+        h.controller.synced.set()
+        await h.settle()
+        assert h.published_generations() == [1]
+
+
+async def test_a_burst_of_pod_changes_in_the_window_is_one_rebalance_at_its_end() -> None:
+    async with Harness() as h:
+        await start(h, group(debounce=2.0), [pod("p1")])
+        assert h.published_generations() == [1]
+        for i, at in ((2, 0.0), (3, 0.5), (4, 1.5)):  # the first change opens the window
+            h.timer.advance(at - (h.timer.time % 10 if i > 2 else 0))
+            h.controller.on_pod((NS, f"p{i}"), None, pod(f"p{i}"))
+            await h.settle()
+        assert h.published_generations() == [1]
+        h.timer.advance(0.49)
+        await h.settle()
+        assert h.published_generations() == [1]
+        h.timer.advance(0.02)  # 2 s after the first change
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+        assert h.journal.records[-1].members.keys() == {"p1", "p2", "p3", "p4"}
+
+
+async def test_spec_and_topic_changes_skip_the_window() -> None:
+    async with Harness() as h:
+        await start(h, group(debounce=60.0), [pod("p1"), pod("p2")])
+        h.controller.on_pod((NS, "p3"), None, pod("p3"))  # waits for its window...
+        changed = {
+            **group(debounce=60.0, strategy={"name": "STICKY"}),
+            "metadata": {**group()["metadata"], "generation": 2},
+        }
+        h.controller.on_group((NS, "g"), group(), changed)  # ...but the spec change does not
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+        assert h.journal.records[-1].reason == "spec-changed"
+        assert h.controller.queue.due_at(("group", NS, "g")) is None  # the pending window went with it
+
+
+async def test_a_conflicting_write_is_read_again_and_reconciled_at_once() -> None:
+    async with Harness() as h:
+        await start(h, group(debounce=0.0), [pod("p1")])
+        h.api.foreign_write(f"{CM_PATH}/{configmap_name('g')}")
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+        assert ("PUT", f"{CM_PATH}/{configmap_name('g')}") in h.api.writes
+        assert h.counter("mqbalance_reconcile_errors_total", kind="conflict") == 1
+
+
+async def test_api_errors_back_off_exponentially_and_say_so() -> None:
+    async with Harness() as h:
+        h.api.fail = [ApiError(500, "etcd timeout")] * 3
+        await start(h, group(), [pod("p1")])
+        assert h.published_generations() == []
+        for delay in (1.0, 2.0):  # 1 s, then 2 s, then 4 s ...
+            h.timer.advance(delay - 0.01)
+            await h.settle()
+            assert h.published_generations() == []
+            h.timer.advance(0.01)
+            await h.settle()
+        h.timer.advance(4.0)
+        await h.settle()
+        assert h.published_generations() == [1]
+        assert h.counter("mqbalance_reconciles_total", result="error") == 3
+        warnings = [e for e in h.api.events if e["reason"] == "ReconcileFailed"]
+        assert [w["message"].rsplit("retrying in ", 1)[1] for w in warnings] == ["1s", "2s", "4s"]
+
+
+async def test_endless_conflicts_fall_back_to_backoff() -> None:
+    async with Harness() as h:
+        await start(h, group(debounce=0.0), [pod("p1")])
+        h.api.fail = [Conflict(409, "modified")] * 7
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        await h.settle()
+        # Five immediate retries from fresh reads, then the sixth conflict waits 1 s.
+        assert h.counter("mqbalance_reconcile_errors_total", kind="conflict") == 6
+        assert h.published_generations() == [1]
+        h.timer.advance(1.0)
+        await h.settle()
+        h.timer.advance(2.0)
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+
+
+async def test_a_pod_that_starts_matching_when_a_label_is_removed_reconciles_its_group() -> None:
+    # `canary DoesNotExist`: removing the label makes the pod match. Matching the union of its
+    # old and new labels (which still holds `canary`) missed it until some other event came.
+    body = group(
+        debounce=0.0,
+        selector={
+            "matchLabels": {"app": "g"},
+            "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}],
+        },
+    )
+    async with Harness() as h:
+        await start(h, body, [pod("p1"), pod("p2", canary="yes")])
+        assert set(h.journal.records[-1].members) == {"p1"}
+        h.controller.on_pod((NS, "p2"), pod("p2", canary="yes"), pod("p2"))
+        await h.settle()
+        assert set(h.journal.records[-1].members) == {"p1", "p2"}
+    state = h.controller.groups[(NS, "g")]
+    assert state.selector == LabelSelector({"app": "g"}, (Requirement("canary", "DoesNotExist"),))
+
+
+async def test_a_deleted_group_is_forgotten_with_its_pending_work() -> None:
+    async with Harness() as h:
+        await start(h, group(debounce=5.0), [pod("p1")])
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        assert h.controller.queue.due_at(("group", NS, "g")) is not None
+        h.controller.on_group((NS, "g"), group(), None)
+        assert h.controller.queue.due_at(("group", NS, "g")) is None
+        assert h.controller.groups == {}
+        h.timer.advance(10.0)
+        await h.settle()
+        assert h.published_generations() == [1]
+
+
+async def test_topic_status_is_written_in_the_same_loop_and_retried() -> None:
+    status_path = f"/apis/mqbalance.io/v1alpha1/namespaces/{NS}/topics/t/status"
+    async with Harness() as h:
+        h.api.fail = [ApiError(500, "etcd timeout")]
+        h.controller.on_topic((NS, "t"), None, {**TOPIC, "status": {}})
+        h.controller.synced.set()
+        await h.settle()
+        assert h.api.writes == [("PATCH", status_path)]
+        h.timer.advance(1.0)
+        await h.settle()
+        assert h.api.writes == [("PATCH", status_path)] * 2
+        h.controller.on_topic((NS, "t"), {**TOPIC, "status": {}}, TOPIC)  # our status came back
+        await h.settle()
+        assert len(h.api.writes) == 2  # nothing left to write
+
+
+async def test_the_finalizer_of_operator_0_1_is_removed_once() -> None:
+    body = group()
+    body["metadata"]["finalizers"] = ["other.io/keep", "mqbalance.io/operator"]
+    async with Harness() as h:
+        await start(h, body, [pod("p1")])
+        assert h.api.json_patches == [
+            [
+                {"op": "test", "path": "/metadata/finalizers/1", "value": "mqbalance.io/operator"},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ]
+        ]
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.timer.advance(2.0)
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+        assert len(h.api.json_patches) == 1
