@@ -7,12 +7,14 @@ Modelled on RocketMQ's ``mqadmin allocateMQ``. A request::
 
 Optional fields: ``virtualNodes`` (CONSISTENT_HASH, 1 to 1000, default 10), ``inner``
 (MACHINE_ROOM_NEARBY: AVG, AVG_BY_CIRCLE or CONSISTENT_HASH, default AVG),
-``consumerIdcs`` (MACHINE_ROOM), ``brokerZones`` / ``consumerZones`` (``{name: zone}``),
-``config`` (CONFIG: ``{consumer: [[broker, queueId], ...]}``), ``previous`` (the last
-assignment, same shape; STICKY uses it and the movement figures compare against it),
-``zoneAffinity`` (STICKY), ``messageModel`` (CLUSTERING or BROADCASTING) and ``name``
-(a label echoed in the result). ``topic`` defaults to ``TopicTest``, the topic of
-RocketMQ's quick-start; it matters to CONSISTENT_HASH, which hashes the queue's text.
+``consumerIdcs`` (MACHINE_ROOM), ``config`` (CONFIG: ``{consumer: [{"broker": b,
+"queueId": n}, ...]}``) and ``zoneAffinity`` (STICKY) are the strategy's parameters,
+read exactly as a ConsumerGroup's ``spec.strategy``; ``brokerZones`` / ``consumerZones``
+(``{name: zone}``), ``previous`` (the last assignment, ``{consumer: [[broker, queueId],
+...]}``; STICKY uses it and the movement figures compare against it), ``messageModel``
+(CLUSTERING or BROADCASTING) and ``name`` (a label echoed in the result). ``topic``
+defaults to ``TopicTest``, the topic of RocketMQ's quick-start; it matters to
+CONSISTENT_HASH, which hashes the queue's text.
 
 The result is ``{"assignment": {consumer: [[broker, queueId], ...]}, "stats": {...}}``
 or ``{"error": "..."}``. Exit status: 0, 1 if any request failed, 2 on a usage error.
@@ -27,21 +29,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from mqbalance.contract import SpecError, read_strategy
 from mqbalance.model import (
-    DEFAULT_VIRTUAL_NODES,
-    INNER_STRATEGIES,
     MessageModel,
     MessageQueue,
     StrategyName,
     StrategySpec,
     Zones,
-    check_virtual_nodes,
     sort_queues,
 )
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, allocate
 
 DEFAULT_TOPIC = "TopicTest"
+STRATEGY_FIELDS = ("virtualNodes", "inner", "consumerIdcs", "config", "zoneAffinity")
+"""Request fields that are the strategy's parameters, as in a ConsumerGroup's spec.strategy."""
 
 FIELDS = (
     "name",
@@ -148,30 +150,18 @@ def parse_request(data: Any) -> Request:
         _string(name, "name")
     strategy = StrategyName(_choice(request["strategy"], "strategy", StrategyName))
     topic = _string(request.get("topic", DEFAULT_TOPIC), "topic")
+    model = MessageModel(_choice(request.get("messageModel", "CLUSTERING"), "messageModel", MessageModel))
+    # The strategy's parameters, read by the one reader of the ConsumerGroup's spec.strategy.
+    parameters = {key: request[key] for key in STRATEGY_FIELDS if key in request}
     try:
-        virtual_nodes = check_virtual_nodes(request.get("virtualNodes", DEFAULT_VIRTUAL_NODES))
-    except ValueError as e:
-        raise RequestError(str(e)) from None
-    inner = StrategyName(_choice(request.get("inner", "AVG"), "inner", INNER_STRATEGIES))
-    idcs = frozenset(
-        _string(idc, "an entry of consumerIdcs")
-        for idc in _list(request.get("consumerIdcs", []), "consumerIdcs")
-    )
-    zone_affinity = request.get("zoneAffinity", False)
-    if not isinstance(zone_affinity, bool):
-        raise RequestError(f"zoneAffinity must be true or false, got {json.dumps(zone_affinity)}")
+        spec = read_strategy({"name": strategy.value, **parameters}, model, where="request")
+    except SpecError as e:
+        raise RequestError(str(e).replace("request.", "", 1)) from None
     consumers = tuple(_string(c, "a consumer id") for c in _list(request["consumers"], "consumers"))
     previous = _queue_map(request["previous"], topic, "previous") if "previous" in request else None
     return Request(
         name=name,
-        spec=StrategySpec(
-            name=strategy,
-            virtual_nodes=virtual_nodes,
-            inner=inner,
-            consumer_idcs=idcs,
-            config=_queue_map(request.get("config", {}), topic, "config"),
-            zone_affinity=zone_affinity,
-        ),
+        spec=spec,
         topic=topic,
         queues=_queues(request["queues"], topic, "queues"),
         consumers=consumers,
@@ -180,9 +170,7 @@ def parse_request(data: Any) -> Request:
             consumers=_zones(request.get("consumerZones", {}), "consumerZones"),
         ),
         previous=previous,
-        message_model=MessageModel(
-            _choice(request.get("messageModel", "CLUSTERING"), "messageModel", MessageModel)
-        ),
+        message_model=model,
     )
 
 

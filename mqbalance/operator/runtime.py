@@ -184,17 +184,18 @@ async def run_with_kopf(config: OperatorConfig) -> int:
     runtime = Runtime(config)
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(registry=registry, id="credentials")
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         # kopf's own client (it lists the API groups at start) uses the same credentials.
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(registry=registry, id="mqbalance")
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # Events are posted by the Writer, not from log lines
+        settings.scanning.disabled = True  # kopf serves no resource: no need to discover CRDs or namespaces
         await runtime.start(stop)
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(registry=registry, id="mqbalance")
     async def cleanup(**_: Any) -> None:
         await runtime.stop()
 

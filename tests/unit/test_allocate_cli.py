@@ -72,7 +72,15 @@ def test_zones_config_idcs_and_model_are_read() -> None:
     )
     assert nearby["assignment"]["c2"] == []
     assert nearby["stats"]["crossZone"] == 0
-    config = handle(good(strategy="CONFIG", config={"c2": [["broker-a", 3]], "c9": [["broker-a", 0]]}))
+    config = handle(
+        good(
+            strategy="CONFIG",
+            config={
+                "c2": [{"broker": "broker-a", "queueId": 3}],
+                "c9": [{"broker": "broker-a", "queueId": 0}],
+            },
+        )
+    )
     assert config["assignment"] == {"c1": [], "c2": [["broker-a", 3]]}
     assert config["stats"]["unassigned"] == 3
     rooms = handle(good(strategy="MACHINE_ROOM", queues=[["r1@b", 0], ["r2@b", 0]], consumerIdcs=["r2"]))
@@ -96,12 +104,20 @@ def test_zones_config_idcs_and_model_are_read() -> None:
         (good(virtualNodes=-1), "virtualNodes must be an integer from 1 to 1000"),
         (good(virtualNodes=0), "virtualNodes must be an integer from 1 to 1000"),
         (good(virtualNodes=1001), "virtualNodes must be an integer from 1 to 1000"),
-        (good(inner="STICKY"), "inner must be one of AVG, AVG_BY_CIRCLE, CONSISTENT_HASH"),
+        (good(inner="STICKY"), "inner is STICKY; use AVG, AVG_BY_CIRCLE, CONSISTENT_HASH"),
         (good(zoneAffinity="yes"), "zoneAffinity must be true or false"),
         (good(messageModel="FANOUT"), "messageModel must be one of CLUSTERING, BROADCASTING"),
         (good(brokerZones={"broker-a": ""}), "brokerZones['broker-a'] must be a non-empty string"),
         (good(previous={"c1": [["broker-a", -2]]}), "previous['c1'][0] queue id"),
-        (good(config=[]), "config must be an object"),
+        (good(strategy="CONFIG", config=[]), "strategy CONFIG needs config: map member pod names"),
+        (
+            good(strategy="CONFIG", config=["c1"]),
+            "config must map member pod names to lists of {broker, queueId}",
+        ),
+        (
+            good(strategy="CONFIG", config={"c1": [["broker-a", 0]]}),
+            "config['c1'][0] needs a broker name, as {broker: broker-a, queueId: 0}",
+        ),
         (good(virtualnodes=3, extra=1), "unknown field(s) extra, virtualnodes"),
     ],
 )
