@@ -22,7 +22,6 @@ from __future__ import annotations
 import enum
 import functools
 import random
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from mqbalance.producer.faults import (
     FaultItem,
     FaultTable,
     LatencyFaultTolerance,
+    monotonic_ms,
 )
 from mqbalance.producer.index import MovingIndex, java_abs, java_rem, to_int32
 from mqbalance.producer.selectors import KeySelector, select_by_hash, select_by_random, zone_queues
@@ -79,7 +79,7 @@ QueueFilter = Callable[[MessageQueue], bool]
 class QueueSelector:
     """A producer's queue selection state: one moving index per topic and the fault table.
 
-    ``clock`` (seconds) and ``rng`` are injected so tests drive time and chance;
+    ``clock`` (integer milliseconds) and ``rng`` are injected so tests drive time and chance;
     ``index_start`` pins where every topic's index starts (Java starts each at a
     random value, which is what happens when it is None). Reports are recorded
     whether fault tolerance is on or not (Java drops them when it is off), so the
@@ -93,7 +93,7 @@ class QueueSelector:
         generation: Generation | str = Generation.V5,
         table: FaultTable | None = None,
         fault_tolerance: bool = False,
-        clock: Clock = time.monotonic,
+        clock: Clock = monotonic_ms,
         rng: random.Random | None = None,
         index_start: int | None = None,
     ) -> None:
@@ -130,12 +130,15 @@ class QueueSelector:
         last_broker: str | None = None,
         fault_tolerance: bool | None = None,
         queues: Sequence[MessageQueue] = (),
+        reset_index: bool | None = None,
     ) -> MessageQueue:
         """The queue for the next send; ``last_broker`` is the broker the previous attempt
         of the same message went to (a retry). ``fault_tolerance`` overrides the
         instance's setting (``sendLatencyFaultEnable``) for this call. ``queues`` is
         ``writable_queues(route)`` when the caller keeps it already (it saves hashing
-        the route per call); empty means compute it."""
+        the route per call); empty means compute it. ``reset_index`` is 5.x's
+        ``resetIndex`` (fault tolerance only): by default true exactly on a retry, as a
+        synchronous send does; an asynchronous send's retry passes false."""
         if not queues:
             queues = writable_queues(route)
         index = self.index(route.topic)
@@ -147,7 +150,8 @@ class QueueSelector:
             if use_faults:
                 return self._select_4x_faults(route, queues, index)
             return self._select_4x(queues, index, last_broker)
-        return self._select_5x(queues, index, last_broker, use_faults)
+        reset = last_broker is not None if reset_index is None else reset_index
+        return self._select_5x(queues, index, last_broker, use_faults, reset)
 
     def _select_4x(
         self, queues: Sequence[MessageQueue], index: MovingIndex, last: str | None
@@ -183,15 +187,19 @@ class QueueSelector:
         return _next(queues, index)
 
     def _select_5x(
-        self, queues: Sequence[MessageQueue], index: MovingIndex, last: str | None, use_faults: bool
+        self,
+        queues: Sequence[MessageQueue],
+        index: MovingIndex,
+        last: str | None,
+        use_faults: bool,
+        reset: bool,
     ) -> MessageQueue:
-        # MQFaultStrategy.selectOneMessageQueue(tpInfo, lastBrokerName, resetIndex), 5.x;
-        # resetIndex is true exactly on retries, which is when there is a last broker.
+        # MQFaultStrategy.selectOneMessageQueue(tpInfo, lastBrokerName, resetIndex), 5.1.4+.
         def not_last(mq: MessageQueue) -> bool:
             return last is None or mq.broker_name != last
 
         if use_faults:
-            if last is not None:
+            if reset:
                 index.reset(self._rng)
             faults = self.faults
 
