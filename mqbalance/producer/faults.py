@@ -219,7 +219,7 @@ class LatencyFaultTolerance:
     def update(
         self, broker: str, latency_ms: float, *, failed: bool = False, reachable: bool = True
     ) -> FaultItem:
-        """Record one send to ``broker`` that took ``latency_ms`` (truncated to whole ms, see ``java_latency``).
+        """Record one send to ``broker`` that took ``latency_ms`` (whole ms: see ``java_latency``).
 
         ``failed`` marks a send that raised (RocketMQ's ``isolation``); pass
         ``reachable=False`` when the broker could not be reached at all, as 5.x does
@@ -242,9 +242,7 @@ class LatencyFaultTolerance:
         else:
             entry.current_latency_ms = latency
             entry.reachable = reachable
-            if not self.table.extend_only:
-                entry.start_ms = now + duration_ms
-            elif duration_ms > 0 and now + duration_ms > entry.start_ms:
+            if not self.table.extend_only or (duration_ms > 0 and now + duration_ms > entry.start_ms):
                 entry.start_ms = now + duration_ms
         return self._snapshot(broker, entry, now)
 

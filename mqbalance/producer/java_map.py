@@ -16,8 +16,9 @@ JDK 8 to 25 does them single-threaded:
   the nodes before it, reversed, in front of it;
 - a list that already holds 8 keys when one more arrives makes a table of fewer than
   64 bins grow (``treeifyBin`` -> ``tryPresize(n << 1)``, which doubles it until its
-  threshold reaches ``tableSizeFor(3n + 1)``: 32 bins become 256), or else turns into a red-black tree bin, whose
-  iteration order is its linked order with every later key put first;
+  threshold reaches ``tableSizeFor(3n + 1)``: 32 bins become 256), or else turns into
+  a red-black tree bin, whose iteration order is its linked order with every later
+  key put first;
 - iteration walks bins 0..n-1, each bin in its linked order.
 
 Not emulated: after a removal from a tree bin Java turns the bin back into a list

@@ -69,9 +69,13 @@ class JavaOracle:
     def run(self, scripts: Sequence[Sequence[str]]) -> list[list[str]]:
         """Every script's output lines (its ``END`` left off), from one JVM."""
         text = "".join(line + "\n" for script in scripts for line in script)
-        done = subprocess.run(self._command, input=text, capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(
+            self._command, input=text, capture_output=True, text=True, timeout=600, check=False
+        )
         if done.returncode != 0:
-            raise OracleError(f"the oracle for RocketMQ {self.version} exited {done.returncode}:\n{done.stderr}")
+            raise OracleError(
+                f"the oracle for RocketMQ {self.version} exited {done.returncode}:\n{done.stderr}"
+            )
         outputs: list[list[str]] = [[]]
         for line in done.stdout.splitlines():
             if line == "END":
@@ -80,7 +84,6 @@ class JavaOracle:
                 outputs[-1].append(line)
         outputs.pop()
         if len(outputs) != len(scripts):
-            raise OracleError(
-                f"RocketMQ {self.version}: {len(outputs)} outputs for {len(scripts)} scripts\n{done.stderr[-4000:]}"
-            )
+            counts = f"{len(outputs)} outputs for {len(scripts)} scripts"
+            raise OracleError(f"RocketMQ {self.version}: {counts}\n{done.stderr[-4000:]}")
         return outputs

@@ -42,7 +42,7 @@ class ScriptedRandom(random.Random):
         super().__init__(0)
         self.values: deque[int] = deque()
 
-    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
         if not self.values:
             raise AssertionError("the script gave no RAND value for an index reset")
         return self.values.popleft()
@@ -83,7 +83,7 @@ def run_model(lines: Iterable[str], generation: Generation) -> list[str]:
     return out
 
 
-def _step(m: Model, cmd: list[str]) -> list[str]:  # noqa: PLR0911, PLR0912 - one branch a command
+def _step(m: Model, cmd: list[str]) -> list[str]:
     op = cmd[0]
     sel = m.selector
     if op == "FAULT":
@@ -115,7 +115,8 @@ def _step(m: Model, cmd: list[str]) -> list[str]:  # noqa: PLR0911, PLR0912 - on
         return [str(hash_index(text, int(cmd[1])))]
     if op == "END":
         return ["END"]
-    assert sel is not None and m.route is not None, f"{op} before FAULT/ROUTE"
+    assert sel is not None, f"{op} before FAULT"
+    assert m.route is not None, f"{op} before ROUTE"
     faults = sel.faults
     if op == "INDEX":
         sel.index(m.route.topic).set(int(cmd[1]))
@@ -203,7 +204,10 @@ def fault_scenario(
         index_start = rng.randint(INT_MIN, -1)  # 5.x starts at random.nextInt(), either sign
     now = rng.randint(0, 10**13)
     lines = ["FAULT", f"ROUTE {TOPIC} " + " ".join(specs), f"INDEX {index_start}"]
-    lines += [f"WORST {rng.choice([0, rng.randint(0, INT_MAX), INT_MAX - rng.randint(0, 5)])}", f"CLOCK {now}"]
+    lines += [
+        f"WORST {rng.choice([0, rng.randint(0, INT_MAX), INT_MAX - rng.randint(0, 5)])}",
+        f"CLOCK {now}",
+    ]
     bounds = sorted(set(table.latency_max_ms) | {0, table.failure_latency_ms})
     ends: list[int] = []
     enabled = True
@@ -296,7 +300,9 @@ def hash_scenario(rng: random.Random) -> list[str]:
         if rng.random() < 0.4:
             key = rng.choice(keys)
         else:
-            key = "".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0x80, 0xD7FF)])) for _ in range(8))
+            key = "".join(
+                chr(rng.choice([rng.randint(32, 126), rng.randint(0x80, 0xD7FF)])) for _ in range(8)
+            )
         units = key.encode("utf-16-be", "surrogatepass").hex()
         lines.append(f"HASH {rng.randint(1, 64)} {units}")
     lines.append("END")

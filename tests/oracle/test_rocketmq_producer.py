@@ -17,7 +17,19 @@ def first_difference(script: list[str], java: list[str], model: list[str]) -> st
     for line in script:
         shown.append(line)
         # Lines that print: queries. Count them to find the one that differs.
-        if line.split(" ")[0] in {"SELECT", "AVAIL", "REACH", "PICK", "ORDER", "ITEM", "QUEUES", "IDX", "KEYS", "TABLE", "HASH"}:
+        if line.split(" ")[0] in {
+            "SELECT",
+            "AVAIL",
+            "REACH",
+            "PICK",
+            "ORDER",
+            "ITEM",
+            "QUEUES",
+            "IDX",
+            "KEYS",
+            "TABLE",
+            "HASH",
+        }:
             if answers >= len(java) or answers >= len(model) or java[answers] != model[answers]:
                 got_java = java[answers] if answers < len(java) else "<none>"
                 got_model = model[answers] if answers < len(model) else "<none>"
@@ -34,4 +46,6 @@ def test_answers_as_rocketmq_does(
     java_outputs = rocketmq[version][kind]
     for script, java in zip(scripts, java_outputs, strict=True):
         model = run_model(script, generation_of(kind))[:-1]  # its END
-        assert model == java, f"RocketMQ {version}, {kind} scenario:\n" + first_difference(script, java, model)
+        assert model == java, f"RocketMQ {version}, {kind} scenario:\n" + first_difference(
+            script, java, model
+        )

@@ -211,7 +211,9 @@ def test_bad_tables_are_refused() -> None:
         fault_table("6.x")
 
 
-@pytest.mark.parametrize(("report_ns", "check_ns"), [(1_000_400_000, 3_000_100_000), (999_999_999, 2_999_000_000)])
+@pytest.mark.parametrize(
+    ("report_ns", "check_ns"), [(1_000_400_000, 3_000_100_000), (999_999_999, 2_999_000_000)]
+)
 def test_a_window_ends_at_the_millisecond_java_says_whatever_the_sub_millisecond_part(
     monkeypatch: pytest.MonkeyPatch, report_ns: int, check_ns: int
 ) -> None:
@@ -260,7 +262,9 @@ def test_a_clock_in_seconds_is_a_clear_error() -> None:
         faults.update("a", 1)
 
 
-@pytest.mark.parametrize(("reported", "stored"), [(0, 0), (12.999, 12), (549.9, 549), (550.0, 550), (2**63 - 1, 2**63 - 1)])
+@pytest.mark.parametrize(
+    ("reported", "stored"), [(0, 0), (12.999, 12), (549.9, 549), (550.0, 550), (2**63 - 1, 2**63 - 1)]
+)
 def test_latencies_are_java_longs_truncated(reported: float, stored: int) -> None:
     assert java_latency(reported) == stored
     faults = LatencyFaultTolerance(LATENCY_4X, clock=FakeClock())

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbalance.producer import ConcurrentMapOrder, LatencyFaultTolerance, LATENCY_4X, java_string_hash
+from mqbalance.producer import LATENCY_4X, ConcurrentMapOrder, LatencyFaultTolerance, java_string_hash
 from mqbalance.producer.java_map import spread, table_size_for
 
-BROKERS_0_TO_23 = (
-    "broker-2,broker-3,broker-0,broker-1,broker-22,broker-23,broker-20,broker-21,broker-13,broker-14,"
-    "broker-11,broker-8,broker-12,broker-9,broker-6,broker-10,broker-7,broker-4,broker-5,broker-19,"
-    "broker-17,broker-18,broker-15,broker-16"
-).split(",")
+# Java's order of "broker-0" .. "broker-23", put in that order (the 24th put doubles the table).
+BROKERS_0_TO_23 = [
+    f"broker-{i}"
+    for i in (2, 3, 0, 1, 22, 23, 20, 21, 13, 14, 11, 8, 12, 9, 6, 10, 7, 4, 5, 19, 17, 18, 15, 16)
+]
 
 
 def filled(keys: list[str]) -> ConcurrentMapOrder:
@@ -62,21 +62,27 @@ def test_removal_keeps_the_others_in_place() -> None:
     order.discard("broker-13")
     order.discard("never-there")
     assert list(order) == [k for k in BROKERS_0_TO_23 if k != "broker-13"]
-    assert len(order) == 23 and "broker-13" not in order
+    assert len(order) == 23
+    assert "broker-13" not in order
     order.clear()
-    assert list(order) == [] and order.table_size == 64  # clear keeps the table, as Java's
+    assert list(order) == []
+    assert order.table_size == 64  # clear keeps the table, as Java's
 
 
 def test_a_ninth_key_in_one_bin_grows_a_small_table_to_256() -> None:
     # Nine names with one hash: treeifyBin on 32 bins calls tryPresize(64), which doubles
     # until the threshold reaches tableSizeFor(97) = 128.
-    names = [p + q + r + s for p in ("Aa", "BB") for q in ("Aa", "BB") for r in ("Aa", "BB") for s in ("Aa", "BB")]
+    names = [
+        p + q + r + s for p in ("Aa", "BB") for q in ("Aa", "BB") for r in ("Aa", "BB") for s in ("Aa", "BB")
+    ]
     order = filled(names[:9])
     assert order.table_size == 256
     assert list(order) == names[:9]
 
 
-@pytest.mark.parametrize(("c", "size"), [(0, 1), (1, 1), (2, 2), (22, 32), (25, 32), (32, 32), (33, 64), (97, 128)])
+@pytest.mark.parametrize(
+    ("c", "size"), [(0, 1), (1, 1), (2, 2), (22, 32), (25, 32), (32, 32), (33, 64), (97, 128)]
+)
 def test_table_size_for(c: int, size: int) -> None:
     assert table_size_for(c) == size
 
@@ -102,7 +108,12 @@ def test_pick_one_at_least_breaks_ties_in_the_fault_tables_order() -> None:
 def test_fractional_latencies_tie_as_java_longs() -> None:
     # 600.2 and 600.9 ms are both 600 to Java: a tie, decided by the map's order.
     faults = LatencyFaultTolerance(LATENCY_4X, clock=lambda: 0, worst_index_start=0)
-    for name, latency in (("broker-a", 600.9), ("broker-b", 600.2), ("broker-c", 20_000), ("broker-d", 20_000)):
+    for name, latency in (
+        ("broker-a", 600.9),
+        ("broker-b", 600.2),
+        ("broker-c", 20_000),
+        ("broker-d", 20_000),
+    ):
         faults.update(name, latency)
     assert faults.item("broker-a").current_latency_ms == 600  # type: ignore[union-attr]
     # Ranked: broker-b, broker-a (600 ms, same window, in map order), then the 20 s ones; half = 2.
