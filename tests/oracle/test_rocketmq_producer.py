@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.oracle.scenarios import EXACT, Scenarios, generation_of
+from tests.oracle.scenarios import DOCUMENTED, DOCUMENTED_MODE, EXACT, MODE_FOLLOWS, Scenarios, generation_of
 from tests.oracle.script import run_model
 
 CASES = [(kind, version) for kind, where in EXACT.items() for version in where]
@@ -49,3 +49,16 @@ def test_answers_as_rocketmq_does(
         assert model == java, f"RocketMQ {version}, {kind} scenario:\n" + first_difference(
             script, java, model
         )
+
+
+DIFFERENCES = [(kind, version) for kind, (_, answers) in DOCUMENTED.items() for version in answers]
+
+
+@pytest.mark.parametrize(("kind", "version"), DIFFERENCES, ids=[f"{k}-{v}" for k, v in DIFFERENCES])
+def test_the_documented_differences_between_versions(
+    kind: str, version: str, rocketmq: dict[str, dict[str, list[list[str]]]]
+) -> None:
+    script, answers = DOCUMENTED[kind]
+    assert rocketmq[version][kind] == [answers[version]]
+    # The mode answers as the version it follows.
+    assert run_model(script, DOCUMENTED_MODE[kind])[:-1] == answers[MODE_FOLLOWS[kind]]
