@@ -118,7 +118,7 @@ LATENCY_4X = FaultTable(
     failure_latency_ms=30000,
     extend_only=False,
 )
-"""RocketMQ 4.x MQFaultStrategy: a failure counts as 30000 ms and isolates for 600 s."""
+"""MQFaultStrategy of RocketMQ 4.x and 5.0.0-5.1.3: a failure counts as 30000 ms and isolates for 600 s."""
 
 LATENCY_5X = FaultTable(
     name="5.x",
@@ -127,7 +127,7 @@ LATENCY_5X = FaultTable(
     failure_latency_ms=10000,
     extend_only=True,
 )
-"""RocketMQ 5.x MQFaultStrategy: a failure counts as 10000 ms and isolates for 10 s."""
+"""MQFaultStrategy of RocketMQ 5.1.4 and later: a failure counts as 10000 ms and isolates for 10 s."""
 
 FAULT_TABLES = {t.name: t for t in (LATENCY_4X, LATENCY_5X)}
 

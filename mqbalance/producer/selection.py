@@ -4,17 +4,19 @@ latency fault tolerance, and the key selectors.
 ``QueueSelector`` is RocketMQ's ``TopicPublishInfo.selectOneMessageQueue`` plus
 ``MQFaultStrategy.selectOneMessageQueue`` for either client generation:
 
-- ``Generation.V5`` (default, RocketMQ 5.x): without fault tolerance, round robin
+- ``Generation.V5`` (default, RocketMQ 5.2.0 and later): without fault tolerance, round robin
   that skips queues of the last broker on a retry. With it, a retry first jumps the
   index to a random place (``resetIndex``), then picks the first queue in turn of a
   broker that is available and not the last one; failing that, reachable and not
   the last one; failing that, the next queue whatever its broker.
-- ``Generation.V4`` (RocketMQ 4.9.x): the same round robin without fault tolerance.
+- ``Generation.V4`` (RocketMQ 4.9.8): the same round robin without fault tolerance.
   With it, the first queue in turn of an available broker, the last broker not
   considered; when none is available, a queue of ``pickOneAtLeast``'s broker.
 
 Every probe of a queue bumps the topic's moving index, as in Java, so the sequence
-of queues is Java's own for the same starting index.
+of queues is Java's own for the same starting index. How other releases differ is in
+docs/producer.md ("Which RocketMQ versions"); tests/oracle checks both modes against
+RocketMQ's own classes.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from mqbalance.producer.selectors import KeySelector, select_by_hash, select_by_
 
 
 class Generation(enum.StrEnum):
-    """Which RocketMQ client's selection to reproduce."""
+    """Which RocketMQ client's selection to reproduce: "4.x" is 4.9.8, "5.x" is 5.2.0 and later."""
 
     V4 = "4.x"
     V5 = "5.x"
@@ -167,7 +169,7 @@ class QueueSelector:
     def _select_4x_faults(
         self, route: TopicRoute, queues: Sequence[MessageQueue], index: MovingIndex
     ) -> MessageQueue:
-        # MQFaultStrategy.selectOneMessageQueue, 4.9.x: one index read, then a local
+        # MQFaultStrategy.selectOneMessageQueue, 4.9.8: one index read, then a local
         # int that walks on (and may wrap) without touching the shared index.
         n = len(queues)
         walk = index.increment_and_get()
@@ -180,7 +182,9 @@ class QueueSelector:
         not_best = self.faults.pick_one_at_least()
         write_nums = _write_queue_nums(route, not_best)
         if write_nums > 0 and not_best is not None:
-            _next(queues, index)  # Java selects a queue, then rewrites it in place.
+            # Java selects a queue first (moving the index), then sends to not_best instead:
+            # 4.9.8 in a new MessageQueue; 4.9.7 and earlier rewrote the route's own element.
+            _next(queues, index)
             return MessageQueue(route.topic, not_best, index.increment_and_get() % write_nums)
         if not_best is not None:
             self.faults.remove(not_best)
@@ -293,7 +297,7 @@ def _first_passing(
 
 
 def _write_queue_nums(route: TopicRoute, broker: str | None) -> int:
-    # getQueueIdByBroker: -1 for a broker the route does not hold (or cannot write to).
+    # getQueueIdByBroker: -1 for a broker the route does not hold, or (4.9.8) cannot write to.
     for b in route.brokers:
         if b.name == broker and b.writable:
             return b.write_queue_nums
