@@ -334,3 +334,13 @@ def test_passing_the_writable_queues_changes_nothing(
             C, "hash", str(latency)
         )
         assert given_queues.to_json() == computing.to_json()
+
+
+def test_5x_async_retry_keeps_the_index_where_it_is() -> None:
+    # MQClientAPIImpl's async retry selects with resetIndex=false: no jump, the walk goes on.
+    selector = QueueSelector(fault_tolerance=True, clock=FakeClock(), rng=random.Random(3), index_start=0)
+    assert selector.select_queue(C, last_broker="a", reset_index=False) == MessageQueue("T", "b", 0)
+    assert selector.index("T").value == 2  # probes a:1 (skipped), b:0
+    jumped = QueueSelector(fault_tolerance=True, clock=FakeClock(), rng=random.Random(3), index_start=0)
+    jumped.select_queue(C, last_broker="a", reset_index=True)
+    assert jumped.index("T").value != 2
