@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane demo test test-unit lint format bench crds clean
+.PHONY: help venv control-plane java-oracle demo test test-unit lint format bench crds clean
 
 help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
@@ -15,6 +15,7 @@ help:
 	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
 	@echo "make crds           copy crds/ into the Helm chart"
 
 $(STAMP): pyproject.toml
@@ -27,6 +28,12 @@ venv: $(STAMP)
 
 control-plane:
 	bash hack/build-control-plane.sh
+
+# rocketmq-client versions of tests/oracle (comments stripped); the tests call the same script.
+JAVA_ORACLE_VERSIONS := $(shell sed 's/\#.*//' tests/oracle/versions.txt)
+
+java-oracle:
+	bash hack/build-java-oracle.sh $(JAVA_ORACLE_VERSIONS) >/dev/null
 
 demo: venv control-plane
 	$(BIN)/python -m harness.demo
@@ -42,7 +49,7 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv control-plane lint
+test: venv control-plane java-oracle lint
 	$(BIN)/pytest
 
 test-unit: venv

@@ -13,8 +13,12 @@ from mqbalance.producer.faults import (
     FaultTable,
     LatencyFaultTolerance,
     fault_table,
+    java_latency,
+    monotonic_ms,
+    wall_ms,
 )
 from mqbalance.producer.index import MovingIndex, java_abs, to_int32
+from mqbalance.producer.java_map import ConcurrentMapOrder
 from mqbalance.producer.selection import Generation, NoWritableQueueError, QueueSelector, writable_queues
 from mqbalance.producer.selectors import (
     KeySelector,
@@ -31,6 +35,7 @@ __all__ = [
     "LATENCY_4X",
     "LATENCY_5X",
     "Clock",
+    "ConcurrentMapOrder",
     "FaultItem",
     "FaultTable",
     "Generation",
@@ -43,10 +48,13 @@ __all__ = [
     "fault_table",
     "hash_index",
     "java_abs",
+    "java_latency",
     "java_string_hash",
+    "monotonic_ms",
     "select_by_hash",
     "select_by_random",
     "to_int32",
+    "wall_ms",
     "writable_queues",
     "zone_queues",
 ]

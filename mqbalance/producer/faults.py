@@ -4,6 +4,10 @@ This is RocketMQ's ``MQFaultStrategy.computeNotAvailableDuration`` and
 ``LatencyFaultToleranceImpl`` (client/latency), without threads or I/O: time comes
 from an injected clock, so a test can move it by hand and the sidecar can host
 one instance per process. Not thread-safe; one event loop owns it.
+
+Time is kept as Java keeps it: integer milliseconds (``System.currentTimeMillis``),
+so a window ends at exactly the millisecond RocketMQ's ``now - startTimestamp >= 0``
+says, whatever the clock's origin.
 """
 
 from __future__ import annotations
@@ -16,9 +20,43 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqbalance.producer.index import MovingIndex
+from mqbalance.producer.java_map import ConcurrentMapOrder
 
-Clock = Callable[[], float]
-"""Seconds on any monotonic timeline (``time.monotonic`` by default)."""
+Clock = Callable[[], int]
+"""Integer milliseconds on any timeline that does not go backwards (``monotonic_ms`` by default)."""
+
+JAVA_LONG_MAX = 2**63 - 1
+
+
+def monotonic_ms() -> int:
+    """Milliseconds of ``time.monotonic_ns``: the default clock, immune to wall-clock steps."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def wall_ms() -> int:
+    """Unix time in milliseconds, as Java's ``System.currentTimeMillis``."""
+    return time.time_ns() // 1_000_000
+
+
+def java_latency(latency_ms: float) -> int:
+    """A reported latency as RocketMQ's ``long currentLatency``: fractions truncated, as a ``(long)`` cast.
+
+    RocketMQ measures latencies as differences of ``currentTimeMillis`` and so never
+    sees a fraction; a client that measures finer (``12.7``) is taken at the whole
+    millisecond below (``12``). The isolation window is the same either way (every
+    ``latencyMax`` is a whole number); the stored latency, which ranks brokers in 4.x's
+    ``pickOneAtLeast``, is Java's.
+    """
+    if isinstance(latency_ms, bool) or not isinstance(latency_ms, int | float):
+        raise ValueError(f"latency_ms must be a number >= 0 (got {latency_ms!r})")
+    if isinstance(latency_ms, float) and not math.isfinite(latency_ms):
+        raise ValueError(f"latency_ms must be a number >= 0 (got {latency_ms!r})")
+    if latency_ms < 0:
+        raise ValueError(f"latency_ms must be a number >= 0 (got {latency_ms!r})")
+    whole = int(latency_ms)
+    if whole > JAVA_LONG_MAX:
+        raise ValueError(f"latency_ms must fit a Java long (at most {JAVA_LONG_MAX}), got {latency_ms!r}")
+    return whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +92,7 @@ class FaultTable:
             raise ValueError(f"fault table {self.name!r}: durations and the failure latency must be >= 0")
 
     def not_available_duration(self, latency_ms: float) -> int:
+        # A fraction changes nothing here: every bound is whole, so x >= b exactly when int(x) >= b.
         """``computeNotAvailableDuration``: the row of the largest latencyMax <= latency, else 0."""
         for bound, duration in zip(
             reversed(self.latency_max_ms), reversed(self.not_available_duration_ms), strict=True
@@ -79,7 +118,7 @@ LATENCY_4X = FaultTable(
     failure_latency_ms=30000,
     extend_only=False,
 )
-"""RocketMQ 4.x MQFaultStrategy: a failure counts as 30000 ms and isolates for 600 s."""
+"""MQFaultStrategy of RocketMQ 4.x and 5.0.0-5.1.3: a failure counts as 30000 ms and isolates for 600 s."""
 
 LATENCY_5X = FaultTable(
     name="5.x",
@@ -88,7 +127,7 @@ LATENCY_5X = FaultTable(
     failure_latency_ms=10000,
     extend_only=True,
 )
-"""RocketMQ 5.x MQFaultStrategy: a failure counts as 10000 ms and isolates for 10 s."""
+"""MQFaultStrategy of RocketMQ 5.1.4 and later: a failure counts as 10000 ms and isolates for 10 s."""
 
 FAULT_TABLES = {t.name: t for t in (LATENCY_4X, LATENCY_5X)}
 
@@ -106,11 +145,14 @@ class FaultItem:
     """A snapshot of one broker's fault state (RocketMQ's ``FaultItem``)."""
 
     broker: str
-    current_latency_ms: float
+    current_latency_ms: int
     """The latency of the last report, as measured (a failure's own latency, not the penalty)."""
-    isolated_until: float
-    """Clock reading (seconds) from which the broker is available again (``startTimestamp``)."""
-    isolated_for_ms: float
+    isolated_until_ms: int
+    """Clock reading (ms) from which the broker is available again: Java's ``startTimestamp``.
+
+    0 for a 5.x item that was never isolated (Java creates it so).
+    """
+    isolated_for_ms: int
     """Time left in the isolation when the snapshot was taken; 0 when available."""
     available: bool
     reachable: bool
@@ -119,7 +161,7 @@ class FaultItem:
         return {
             "broker": self.broker,
             "currentLatencyMs": self.current_latency_ms,
-            "isolatedUntil": self.isolated_until,
+            "isolatedUntilMs": self.isolated_until_ms,
             "isolatedForMs": self.isolated_for_ms,
             "available": self.available,
             "reachable": self.reachable,
@@ -128,8 +170,8 @@ class FaultItem:
 
 @dataclass(slots=True)
 class _Entry:
-    current_latency_ms: float
-    isolated_until: float
+    current_latency_ms: int
+    start_ms: int  # Java's startTimestamp: available from this clock reading on
     reachable: bool
 
 
@@ -138,28 +180,46 @@ class LatencyFaultTolerance:
 
     A broker never reported is available and reachable. ``update`` is
     ``MQFaultStrategy.updateFaultItem``: the latency (or, for a failure, the table's
-    failure latency) selects an isolation window that starts now.
+    failure latency) selects an isolation window that starts now. The items keep the
+    order of RocketMQ's ``ConcurrentHashMap`` fault table (``java_map``), which decides
+    ties in ``pick_one_at_least``.
     """
 
     def __init__(
         self,
         table: FaultTable = LATENCY_5X,
         *,
-        clock: Clock = time.monotonic,
+        clock: Clock = monotonic_ms,
         rng: random.Random | None = None,
         worst_index_start: int | None = None,
     ) -> None:
         self.table = table
         self._clock = clock
         self._items: dict[str, _Entry] = {}
+        self._order = ConcurrentMapOrder()
         # whichItemWorst of 4.x pickOneAtLeast; random start as in Java unless given.
         start = worst_index_start if worst_index_start is not None else MovingIndex.random_start(rng)
         self._which_item_worst = MovingIndex(start)
 
+    @property
+    def which_item_worst(self) -> MovingIndex:
+        """The index ``pick_one_at_least`` turns (Java's ``whichItemWorst``)."""
+        return self._which_item_worst
+
+    def now(self) -> int:
+        """The clock's reading, checked to be integer milliseconds."""
+        now = self._clock()
+        if isinstance(now, bool) or not isinstance(now, int):
+            raise TypeError(
+                f"the fault clock must return integer milliseconds (got {now!r}); "
+                "use mqbalance.producer.monotonic_ms or wall_ms"
+            )
+        return now
+
     def update(
         self, broker: str, latency_ms: float, *, failed: bool = False, reachable: bool = True
     ) -> FaultItem:
-        """Record one send to ``broker`` that took ``latency_ms``.
+        """Record one send to ``broker`` that took ``latency_ms`` (whole ms: see ``java_latency``).
 
         ``failed`` marks a send that raised (RocketMQ's ``isolation``); pass
         ``reachable=False`` when the broker could not be reached at all, as 5.x does
@@ -168,26 +228,22 @@ class LatencyFaultTolerance:
         """
         if not broker:
             raise ValueError("broker name must be a non-empty string")
-        if not isinstance(latency_ms, int | float) or math.isnan(latency_ms) or latency_ms < 0:
-            raise ValueError(f"latency_ms must be a number >= 0 (got {latency_ms!r})")
-        duration_ms = self.table.not_available_duration(
-            self.table.failure_latency_ms if failed else latency_ms
-        )
-        now = self._clock()
-        until = now + duration_ms / 1000.0
+        latency = java_latency(latency_ms)
+        duration_ms = self.table.not_available_duration(self.table.failure_latency_ms if failed else latency)
+        now = self.now()
         entry = self._items.get(broker)
         if entry is None:
-            # A new 5.x item keeps startTimestamp 0 (available) unless the duration is
-            # positive; "available from now" behaves the same on a monotonic clock.
-            entry = _Entry(float(latency_ms), until, reachable)
+            # 4.x: startTimestamp = now + duration. 5.x: a new item starts at 0 (available)
+            # and only a positive duration moves it (updateNotAvailableDuration).
+            start = 0 if self.table.extend_only and duration_ms <= 0 else now + duration_ms
+            entry = _Entry(latency, start, reachable)
             self._items[broker] = entry
+            self._order.add(broker)
         else:
-            entry.current_latency_ms = float(latency_ms)
+            entry.current_latency_ms = latency
             entry.reachable = reachable
-            # 4.x overwrites the window; 5.x only ever lengthens it.
-            lengthens = duration_ms > 0 and until > entry.isolated_until
-            if lengthens or not self.table.extend_only:
-                entry.isolated_until = until
+            if not self.table.extend_only or (duration_ms > 0 and now + duration_ms > entry.start_ms):
+                entry.start_ms = now + duration_ms
         return self._snapshot(broker, entry, now)
 
     def mark_reachable(self, broker: str, reachable: bool = True) -> None:
@@ -197,15 +253,17 @@ class LatencyFaultTolerance:
             entry.reachable = reachable
 
     def remove(self, broker: str) -> None:
-        self._items.pop(broker, None)
+        if self._items.pop(broker, None) is not None:
+            self._order.discard(broker)
 
     def clear(self) -> None:
         self._items.clear()
+        self._order.clear()
 
     def is_available(self, broker: str) -> bool:
-        """``FaultItem.isAvailable``: now >= isolated_until; unknown brokers are available."""
+        """``FaultItem.isAvailable``: now >= startTimestamp; unknown brokers are available."""
         entry = self._items.get(broker)
-        return entry is None or self._clock() >= entry.isolated_until
+        return entry is None or self._clock() >= entry.start_ms
 
     def is_reachable(self, broker: str) -> bool:
         entry = self._items.get(broker)
@@ -213,48 +271,52 @@ class LatencyFaultTolerance:
 
     def item(self, broker: str) -> FaultItem | None:
         entry = self._items.get(broker)
-        return None if entry is None else self._snapshot(broker, entry, self._clock())
+        return None if entry is None else self._snapshot(broker, entry, self.now())
 
     def items(self) -> list[FaultItem]:
         """Every broker reported so far, by name."""
-        now = self._clock()
+        now = self.now()
         return [self._snapshot(b, self._items[b], now) for b in sorted(self._items)]
+
+    def java_order(self) -> list[str]:
+        """The reported brokers in the order Java's fault table iterates them."""
+        return list(self._order)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-friendly state: the table and every fault item."""
         return {"table": self.table.to_json(), "brokers": [i.to_json() for i in self.items()]}
 
     def pick_one_at_least(self) -> str | None:
-        """4.x ``pickOneAtLeast``: one of the better half of the known brokers, in turn.
+        """4.x ``pickOneAtLeast`` (4.9.4 and later): one of the better half of the known brokers, in turn.
 
-        Items sort as ``FaultItem.compareTo`` does: available first, then lower latency,
-        then earlier ``isolated_until``. Java shuffles before sorting, so its ties fall at
-        random; here they fall by broker name, which keeps the result reproducible.
+        The items, in the fault table's iteration order, are sorted stably as
+        ``FaultItem.compareTo`` orders them: available first, then lower latency, then
+        earlier ``startTimestamp``; ties keep the table's order, as ``Collections.sort``
+        does. Then ``whichItemWorst.incrementAndGet() % half`` picks among the better
+        half (the single item when there is one). Before 4.9.4 Java shuffled the list
+        before sorting, so its ties fell at random.
         """
         if not self._items:
             return None
-        now = self._clock()
-        ranked = sorted(
-            self._items.items(),
-            key=lambda kv: (
-                now < kv[1].isolated_until,
-                kv[1].current_latency_ms,
-                kv[1].isolated_until,
-                kv[0],
-            ),
-        )
+        now = self.now()
+        items = self._items
+
+        def rank(broker: str) -> tuple[bool, int, int]:
+            entry = items[broker]
+            return (now < entry.start_ms, entry.current_latency_ms, entry.start_ms)
+
+        ranked = sorted(self._order, key=rank)
         half = len(ranked) // 2
         if half <= 0:
-            return ranked[0][0]
-        return ranked[self._which_item_worst.increment_and_get() % half][0]
+            return ranked[0]
+        return ranked[self._which_item_worst.increment_and_get() % half]
 
-    def _snapshot(self, broker: str, entry: _Entry, now: float) -> FaultItem:
-        remaining_ms = max(0.0, (entry.isolated_until - now) * 1000.0)
+    def _snapshot(self, broker: str, entry: _Entry, now: int) -> FaultItem:
         return FaultItem(
             broker=broker,
             current_latency_ms=entry.current_latency_ms,
-            isolated_until=entry.isolated_until,
-            isolated_for_ms=remaining_ms,
-            available=now >= entry.isolated_until,
+            isolated_until_ms=entry.start_ms,
+            isolated_for_ms=max(0, entry.start_ms - now),
+            available=now >= entry.start_ms,
             reachable=entry.reachable,
         )

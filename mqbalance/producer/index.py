@@ -26,7 +26,7 @@ def java_rem(dividend: int, divisor: int) -> int:
 
 
 class MovingIndex:
-    """RocketMQ's ``ThreadLocalIndex`` (4.9.x and 5.x): the producer's ``sendWhichQueue``.
+    """RocketMQ's ``ThreadLocalIndex`` (4.9.4 and later): the producer's ``sendWhichQueue``.
 
     A Java ``int`` that every ``increment_and_get`` bumps (wrapping at 2**31) and
     returns with the sign bit masked off, so it is never negative. Java starts it at
@@ -50,6 +50,12 @@ class MovingIndex:
     def value(self) -> int:
         """The raw Java int, possibly negative after wrapping."""
         return self._value
+
+    def set(self, value: int) -> None:
+        """Pin the raw Java int (a replay, or a test matching Java's random start)."""
+        if not INT_MIN <= value <= INT_MAX:
+            raise ValueError(f"index value must fit a Java int ({INT_MIN}..{INT_MAX}), got {value}")
+        self._value = value
 
     def increment_and_get(self) -> int:
         self._value = to_int32(self._value + 1)

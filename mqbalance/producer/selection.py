@@ -4,17 +4,19 @@ latency fault tolerance, and the key selectors.
 ``QueueSelector`` is RocketMQ's ``TopicPublishInfo.selectOneMessageQueue`` plus
 ``MQFaultStrategy.selectOneMessageQueue`` for either client generation:
 
-- ``Generation.V5`` (default, RocketMQ 5.x): without fault tolerance, round robin
+- ``Generation.V5`` (default, RocketMQ 5.2.0 and later): without fault tolerance, round robin
   that skips queues of the last broker on a retry. With it, a retry first jumps the
   index to a random place (``resetIndex``), then picks the first queue in turn of a
   broker that is available and not the last one; failing that, reachable and not
   the last one; failing that, the next queue whatever its broker.
-- ``Generation.V4`` (RocketMQ 4.9.x): the same round robin without fault tolerance.
+- ``Generation.V4`` (RocketMQ 4.9.8): the same round robin without fault tolerance.
   With it, the first queue in turn of an available broker, the last broker not
   considered; when none is available, a queue of ``pickOneAtLeast``'s broker.
 
 Every probe of a queue bumps the topic's moving index, as in Java, so the sequence
-of queues is Java's own for the same starting index.
+of queues is Java's own for the same starting index. How other releases differ is in
+docs/producer.md ("Which RocketMQ versions"); tests/oracle checks both modes against
+RocketMQ's own classes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import enum
 import functools
 import random
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,13 +35,14 @@ from mqbalance.producer.faults import (
     FaultItem,
     FaultTable,
     LatencyFaultTolerance,
+    monotonic_ms,
 )
 from mqbalance.producer.index import MovingIndex, java_abs, java_rem, to_int32
 from mqbalance.producer.selectors import KeySelector, select_by_hash, select_by_random, zone_queues
 
 
 class Generation(enum.StrEnum):
-    """Which RocketMQ client's selection to reproduce."""
+    """Which RocketMQ client's selection to reproduce: "4.x" is 4.9.8, "5.x" is 5.2.0 and later."""
 
     V4 = "4.x"
     V5 = "5.x"
@@ -79,7 +81,7 @@ QueueFilter = Callable[[MessageQueue], bool]
 class QueueSelector:
     """A producer's queue selection state: one moving index per topic and the fault table.
 
-    ``clock`` (seconds) and ``rng`` are injected so tests drive time and chance;
+    ``clock`` (integer milliseconds) and ``rng`` are injected so tests drive time and chance;
     ``index_start`` pins where every topic's index starts (Java starts each at a
     random value, which is what happens when it is None). Reports are recorded
     whether fault tolerance is on or not (Java drops them when it is off), so the
@@ -93,7 +95,7 @@ class QueueSelector:
         generation: Generation | str = Generation.V5,
         table: FaultTable | None = None,
         fault_tolerance: bool = False,
-        clock: Clock = time.monotonic,
+        clock: Clock = monotonic_ms,
         rng: random.Random | None = None,
         index_start: int | None = None,
     ) -> None:
@@ -130,12 +132,15 @@ class QueueSelector:
         last_broker: str | None = None,
         fault_tolerance: bool | None = None,
         queues: Sequence[MessageQueue] = (),
+        reset_index: bool | None = None,
     ) -> MessageQueue:
         """The queue for the next send; ``last_broker`` is the broker the previous attempt
         of the same message went to (a retry). ``fault_tolerance`` overrides the
         instance's setting (``sendLatencyFaultEnable``) for this call. ``queues`` is
         ``writable_queues(route)`` when the caller keeps it already (it saves hashing
-        the route per call); empty means compute it."""
+        the route per call); empty means compute it. ``reset_index`` is 5.x's
+        ``resetIndex`` (fault tolerance only): by default true exactly on a retry, as a
+        synchronous send does; an asynchronous send's retry passes false."""
         if not queues:
             queues = writable_queues(route)
         index = self.index(route.topic)
@@ -147,7 +152,8 @@ class QueueSelector:
             if use_faults:
                 return self._select_4x_faults(route, queues, index)
             return self._select_4x(queues, index, last_broker)
-        return self._select_5x(queues, index, last_broker, use_faults)
+        reset = last_broker is not None if reset_index is None else reset_index
+        return self._select_5x(queues, index, last_broker, use_faults, reset)
 
     def _select_4x(
         self, queues: Sequence[MessageQueue], index: MovingIndex, last: str | None
@@ -163,7 +169,7 @@ class QueueSelector:
     def _select_4x_faults(
         self, route: TopicRoute, queues: Sequence[MessageQueue], index: MovingIndex
     ) -> MessageQueue:
-        # MQFaultStrategy.selectOneMessageQueue, 4.9.x: one index read, then a local
+        # MQFaultStrategy.selectOneMessageQueue, 4.9.8: one index read, then a local
         # int that walks on (and may wrap) without touching the shared index.
         n = len(queues)
         walk = index.increment_and_get()
@@ -176,22 +182,28 @@ class QueueSelector:
         not_best = self.faults.pick_one_at_least()
         write_nums = _write_queue_nums(route, not_best)
         if write_nums > 0 and not_best is not None:
-            _next(queues, index)  # Java selects a queue, then rewrites it in place.
+            # Java selects a queue first (moving the index), then sends to not_best instead:
+            # 4.9.8 in a new MessageQueue; 4.9.7 and earlier rewrote the route's own element.
+            _next(queues, index)
             return MessageQueue(route.topic, not_best, index.increment_and_get() % write_nums)
         if not_best is not None:
             self.faults.remove(not_best)
         return _next(queues, index)
 
     def _select_5x(
-        self, queues: Sequence[MessageQueue], index: MovingIndex, last: str | None, use_faults: bool
+        self,
+        queues: Sequence[MessageQueue],
+        index: MovingIndex,
+        last: str | None,
+        use_faults: bool,
+        reset: bool,
     ) -> MessageQueue:
-        # MQFaultStrategy.selectOneMessageQueue(tpInfo, lastBrokerName, resetIndex), 5.x;
-        # resetIndex is true exactly on retries, which is when there is a last broker.
+        # MQFaultStrategy.selectOneMessageQueue(tpInfo, lastBrokerName, resetIndex), 5.1.4+.
         def not_last(mq: MessageQueue) -> bool:
             return last is None or mq.broker_name != last
 
         if use_faults:
-            if last is not None:
+            if reset:
                 index.reset(self._rng)
             faults = self.faults
 
@@ -285,7 +297,7 @@ def _first_passing(
 
 
 def _write_queue_nums(route: TopicRoute, broker: str | None) -> int:
-    # getQueueIdByBroker: -1 for a broker the route does not hold (or cannot write to).
+    # getQueueIdByBroker: -1 for a broker the route does not hold, or (4.9.8) cannot write to.
     for b in route.brokers:
         if b.name == broker and b.writable:
             return b.write_queue_nums

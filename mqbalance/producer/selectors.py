@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 
 from mqbalance.model import UNKNOWN_ZONE, Broker, MessageQueue, TopicRoute
-from mqbalance.producer.index import INT_MIN, java_abs, java_rem, to_int32
+from mqbalance.producer.index import java_rem, to_int32
 
 
 class KeySelector(enum.StrEnum):
@@ -48,18 +48,16 @@ def java_string_hash(value: str) -> int:
 def hash_index(key: str, size: int) -> int:
     """The queue index ``SelectMessageQueueByHash`` picks for a string ``key`` among ``size`` queues.
 
-    Java takes ``Math.abs(hashCode) % size``. For a hash of ``Integer.MIN_VALUE``
-    ("polygenelubricants" is one) ``Math.abs`` stays negative, the remainder is
-    negative and Java's ``mqs.get`` throws ``IndexOutOfBoundsException``. Here that
-    case uses 2**31 % size, the index the absolute value would give had it not
-    overflowed, so every key maps to a queue; every other key agrees with Java.
+    RocketMQ 4.8.0 and later take ``key.hashCode() % size`` (Java's remainder, which
+    keeps the dividend's sign) and then ``Math.abs`` of a negative remainder. The
+    remainder is never ``Integer.MIN_VALUE``, so the result is always in ``0..size-1``:
+    a key hashing to ``Integer.MIN_VALUE`` ("polygenelubricants" is one) gets
+    ``2**31 % size``. RocketMQ 4.7.1 and earlier took ``Math.abs`` first, which leaves
+    ``Integer.MIN_VALUE`` negative, and threw ``IndexOutOfBoundsException`` for such a key.
     """
     if size <= 0:
         raise ValueError(f"cannot select among {size} queues")
-    value = java_string_hash(key)
-    if value == INT_MIN:
-        return 2**31 % size
-    return java_rem(java_abs(value), size)
+    return abs(java_rem(java_string_hash(key), size))
 
 
 def select_by_hash(queues: Sequence[MessageQueue], key: str) -> MessageQueue:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -19,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mqbalance.model import MessageQueue
-from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector
+from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector, wall_ms
 from mqbalance.sidecar.config import SidecarConfig
 from mqbalance.sidecar.state import GroupState, RouteEntry, Served, SidecarState, route_json
 from mqbalance.sidecar.watch import AssignmentSource
@@ -358,9 +357,9 @@ def create_app(
 ) -> web.Application:
     """The API application; ``source`` feeds it in the background while it runs."""
     if state is None:
-        # Wall-clock time, as RocketMQ's System.currentTimeMillis: isolatedUntil is then unix time.
+        # Wall-clock milliseconds, as RocketMQ's System.currentTimeMillis: isolatedUntilMs is unix ms.
         selector = QueueSelector(
-            generation=config.fault_table.generation, fault_tolerance=config.fault_tolerance, clock=time.time
+            generation=config.fault_table.generation, fault_tolerance=config.fault_tolerance, clock=wall_ms
         )
         state = SidecarState(config.pod_name, config.groups, selector)
     app = web.Application(middlewares=[json_errors], client_max_size=64 * 1024)

@@ -298,9 +298,9 @@ class SidecarState:
                 brokers.append(
                     {
                         "broker": name,
-                        "currentLatencyMs": 0.0,
-                        "isolatedUntil": None,
-                        "isolatedForMs": 0.0,
+                        "currentLatencyMs": 0,
+                        "isolatedUntilMs": None,
+                        "isolatedForMs": 0,
                         "available": True,
                         "reachable": True,
                         "reported": False,

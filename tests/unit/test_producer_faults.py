@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,9 @@ from mqbalance.producer import (
     FaultTable,
     LatencyFaultTolerance,
     fault_table,
+    java_latency,
+    monotonic_ms,
+    wall_ms,
 )
 
 # The arrays as they stand in RocketMQ's MQFaultStrategy.java, copied here rather than read
@@ -27,10 +31,12 @@ ROWS = [(LATENCY_4X, lat, dur) for lat, dur in zip(*JAVA_4X, strict=True)] + [
 
 
 class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
+    """Integer milliseconds that move only when a test says so."""
+
+    def __init__(self, now: int = 1_000_000) -> None:
         self.now = now
 
-    def __call__(self) -> float:
+    def __call__(self) -> int:
         return self.now
 
 
@@ -53,17 +59,19 @@ def test_tables_hold_rocketmqs_numbers() -> None:
 def test_each_row_isolates_until_exactly_start_plus_duration(
     table: FaultTable, latency: int, duration: int
 ) -> None:
-    clock = FakeClock(1000.0)
+    clock = FakeClock(1_000_000)
     faults = LatencyFaultTolerance(table, clock=clock)
     item = faults.update("broker-a", latency)
-    until = 1000.0 + duration / 1000.0
-    assert item.isolated_until == until
+    until = 1_000_000 + duration
+    # 5.x creates an item that is never isolated with startTimestamp 0.
+    assert item.isolated_until_ms == (0 if table.extend_only and duration == 0 else until)
     assert item.current_latency_ms == latency
     if duration > 0:
         assert not item.available
-        assert item.isolated_for_ms == pytest.approx(duration)
-        clock.now = math.nextafter(until, -math.inf)
+        assert item.isolated_for_ms == duration
+        clock.now = until - 1
         assert not faults.is_available("broker-a")
+        assert faults.item("broker-a").isolated_for_ms == 1  # type: ignore[union-attr]
     clock.now = until
     assert faults.is_available("broker-a")
     assert faults.item("broker-a").isolated_for_ms == 0  # type: ignore[union-attr]
@@ -87,16 +95,16 @@ def test_lookup_agrees_with_javas_scan(latency: float) -> None:
     assert LATENCY_5X.not_available_duration(latency) == java_lookup(JAVA_5X, latency)
 
 
-@pytest.mark.parametrize(("table", "seconds"), [(LATENCY_4X, 600.0), (LATENCY_5X, 10.0)])
-def test_a_failure_isolates_for_the_tables_failure_window(table: FaultTable, seconds: float) -> None:
-    clock = FakeClock(50.0)
+@pytest.mark.parametrize(("table", "window_ms"), [(LATENCY_4X, 600_000), (LATENCY_5X, 10_000)])
+def test_a_failure_isolates_for_the_tables_failure_window(table: FaultTable, window_ms: int) -> None:
+    clock = FakeClock(50_000)
     faults = LatencyFaultTolerance(table, clock=clock)
-    item = faults.update("broker-a", 3.0, failed=True)
-    assert item.isolated_until == 50.0 + seconds
-    assert item.current_latency_ms == 3.0  # the measured latency, not the penalty
-    clock.now = math.nextafter(50.0 + seconds, -math.inf)
+    item = faults.update("broker-a", 3, failed=True)
+    assert item.isolated_until_ms == 50_000 + window_ms
+    assert item.current_latency_ms == 3  # the measured latency, not the penalty
+    clock.now = 50_000 + window_ms - 1
     assert not faults.is_available("broker-a")
-    clock.now = 50.0 + seconds
+    clock.now = 50_000 + window_ms
     assert faults.is_available("broker-a")
 
 
@@ -104,24 +112,24 @@ def test_4x_overwrites_the_window_so_a_fast_send_lifts_it() -> None:
     clock = FakeClock()
     faults = LatencyFaultTolerance(LATENCY_4X, clock=clock)
     faults.update("a", 0, failed=True)
-    clock.now += 1
+    clock.now += 1000
     assert not faults.is_available("a")
     faults.update("a", 10)
     assert faults.is_available("a")
 
 
 def test_5x_only_lengthens_the_window() -> None:
-    clock = FakeClock(0.0)
+    clock = FakeClock(0)
     faults = LatencyFaultTolerance(LATENCY_5X, clock=clock)
     faults.update("a", 0, failed=True)  # until 10 s
-    clock.now = 1.0
+    clock.now = 1000
     faults.update("a", 10)  # fast: keeps the isolation
     assert not faults.is_available("a")
     faults.update("a", 600)  # 2 s from now, ends before 10 s: no change
-    assert faults.item("a").isolated_until == 10.0  # type: ignore[union-attr]
-    clock.now = 9.0
+    assert faults.item("a").isolated_until_ms == 10_000  # type: ignore[union-attr]
+    clock.now = 9000
     faults.update("a", 15000)  # 30 s from now: lengthens
-    assert faults.item("a").isolated_until == 39.0  # type: ignore[union-attr]
+    assert faults.item("a").isolated_until_ms == 39_000  # type: ignore[union-attr]
     assert faults.item("a").current_latency_ms == 15000  # type: ignore[union-attr]
 
 
@@ -148,7 +156,7 @@ def test_reachability_follows_reports_and_probes() -> None:
 
 
 def test_snapshot_is_json_friendly() -> None:
-    clock = FakeClock(100.0)
+    clock = FakeClock(100_000)
     faults = LatencyFaultTolerance(LATENCY_5X, clock=clock)
     faults.update("b", 700)
     faults.update("a", 20, failed=True, reachable=False)
@@ -157,17 +165,17 @@ def test_snapshot_is_json_friendly() -> None:
     assert [b["broker"] for b in document["brokers"]] == ["a", "b"]
     assert document["brokers"][0] == {
         "broker": "a",
-        "currentLatencyMs": 20.0,
-        "isolatedUntil": 110.0,
-        "isolatedForMs": 10000.0,
+        "currentLatencyMs": 20,
+        "isolatedUntilMs": 110_000,
+        "isolatedForMs": 10_000,
         "available": False,
         "reachable": False,
     }
-    assert document["brokers"][1]["isolatedForMs"] == pytest.approx(2000.0)
+    assert document["brokers"][1]["isolatedForMs"] == 2000
 
 
 def test_pick_one_at_least_takes_the_better_half_in_turn() -> None:
-    clock = FakeClock(0.0)
+    clock = FakeClock(0)
     faults = LatencyFaultTolerance(LATENCY_4X, clock=clock, worst_index_start=0)
     assert faults.pick_one_at_least() is None
     faults.update("slow", 2500)  # isolated 120 s
@@ -180,7 +188,7 @@ def test_pick_one_at_least_takes_the_better_half_in_turn() -> None:
     assert picks == ["ok", "fast", "ok", "fast"]  # index 1, 2, 3, 4 modulo 2
 
 
-@pytest.mark.parametrize("latency", [-1, float("nan"), "12"])
+@pytest.mark.parametrize("latency", [-1, -0.5, float("nan"), float("inf"), "12", True])
 def test_bad_latency_is_refused(latency: object) -> None:
     faults = LatencyFaultTolerance(clock=FakeClock())
     with pytest.raises(ValueError, match="latency_ms must be a number >= 0"):
@@ -201,3 +209,70 @@ def test_bad_tables_are_refused() -> None:
         FaultTable("x", (1,), (-1,), 10, True)
     with pytest.raises(ValueError, match="unknown fault table"):
         fault_table("6.x")
+
+
+@pytest.mark.parametrize(
+    ("report_ns", "check_ns"), [(1_000_400_000, 3_000_100_000), (999_999_999, 2_999_000_000)]
+)
+def test_a_window_ends_at_the_millisecond_java_says_whatever_the_sub_millisecond_part(
+    monkeypatch: pytest.MonkeyPatch, report_ns: int, check_ns: int
+) -> None:
+    # Java truncates both instants to milliseconds (currentTimeMillis): a report at 1000.4 ms
+    # starts a 2000 ms window that ends at 3000, and at 3000.1 ms the broker is available.
+    # Seconds as floats kept the 0.4 ms and said "isolated" until 3000.4 ms.
+    now = [report_ns]
+    monkeypatch.setattr(time, "monotonic_ns", lambda: now[0])
+    faults = LatencyFaultTolerance(LATENCY_5X, clock=monotonic_ms)
+    item = faults.update("a", 600)
+    assert item.isolated_until_ms == report_ns // 1_000_000 + 2000
+    now[0] = check_ns - 1_000_000  # the millisecond before: still isolated
+    assert not faults.is_available("a")
+    now[0] = check_ns
+    assert faults.is_available("a")
+
+
+@settings(max_examples=300)
+@given(
+    origin=st.integers(-(2**62), 2**62),
+    latency=st.sampled_from([550, 1800, 3000, 5000, 15000, 10**6]),
+    table=st.sampled_from([LATENCY_4X, LATENCY_5X]),
+)
+def test_windows_are_exact_on_any_clock_origin(origin: int, latency: int, table: FaultTable) -> None:
+    clock = FakeClock(origin)
+    faults = LatencyFaultTolerance(table, clock=clock)
+    window = table.not_available_duration(latency)
+    faults.update("a", latency)
+    clock.now = origin + window - 1
+    assert not faults.is_available("a")
+    assert faults.item("a").isolated_for_ms == 1  # type: ignore[union-attr]
+    clock.now = origin + window
+    assert faults.is_available("a")
+
+
+def test_the_clocks_read_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_123_999_999)
+    monkeypatch.setattr(time, "monotonic_ns", lambda: 5_999_999)
+    assert wall_ms() == 1_700_000_000_123  # System.currentTimeMillis truncates too
+    assert monotonic_ms() == 5
+
+
+def test_a_clock_in_seconds_is_a_clear_error() -> None:
+    faults = LatencyFaultTolerance(clock=time.monotonic)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="integer milliseconds"):
+        faults.update("a", 1)
+
+
+@pytest.mark.parametrize(
+    ("reported", "stored"), [(0, 0), (12.999, 12), (549.9, 549), (550.0, 550), (2**63 - 1, 2**63 - 1)]
+)
+def test_latencies_are_java_longs_truncated(reported: float, stored: int) -> None:
+    assert java_latency(reported) == stored
+    faults = LatencyFaultTolerance(LATENCY_4X, clock=FakeClock())
+    item = faults.update("a", reported)
+    assert item.current_latency_ms == stored
+    assert item.isolated_for_ms == LATENCY_4X.not_available_duration(stored)
+
+
+def test_a_latency_beyond_a_java_long_is_refused() -> None:
+    with pytest.raises(ValueError, match="Java long"):
+        java_latency(2**63)

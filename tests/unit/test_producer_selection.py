@@ -24,10 +24,12 @@ INT_MAX = 2**31 - 1
 
 
 class FakeClock:
-    def __init__(self, now: float = 0.0) -> None:
+    """Integer milliseconds that move only when a test says so."""
+
+    def __init__(self, now: int = 0) -> None:
         self.now = now
 
-    def __call__(self) -> float:
+    def __call__(self) -> int:
         return self.now
 
 
@@ -151,12 +153,12 @@ def test_5x_prefers_available_then_reachable_then_any() -> None:
 
 
 def test_5x_isolation_ends_on_the_clock() -> None:
-    clock = FakeClock(0.0)
+    clock = FakeClock(0)
     selector = QueueSelector(fault_tolerance=True, clock=clock, index_start=0)
     isolate(selector, "a", reachable=True)
-    clock.now = 9.999
+    clock.now = 9_999
     assert "a" not in {selector.select_queue(C).broker_name for _ in range(12)}
-    clock.now = 10.0
+    clock.now = 10_000
     assert "a" in {selector.select_queue(C).broker_name for _ in range(12)}
 
 
@@ -262,18 +264,18 @@ def test_unknown_generation_is_a_clear_error() -> None:
 
 
 def test_state_snapshot_names_generation_and_table() -> None:
-    selector = QueueSelector(generation="4.x", fault_tolerance=True, clock=FakeClock(5.0))
+    selector = QueueSelector(generation="4.x", fault_tolerance=True, clock=FakeClock(5_000))
     selector.report("a", 700)
     state = selector.to_json()
     assert state["generation"] == "4.x"
     assert state["faultTolerance"] is True
     assert state["table"]["failureLatencyMs"] == 30000
-    assert state["brokers"][0]["isolatedUntil"] == 35.0
+    assert state["brokers"][0]["isolatedUntilMs"] == 35_000
 
 
 def test_docs_worked_example() -> None:
     """The table in docs/producer.md, step by step."""
-    clock = FakeClock(0.0)
+    clock = FakeClock(0)
     orders = TopicRoute("orders", (Broker("broker-a", 4, 4), Broker("broker-b", 4, 4)))
     selector = QueueSelector(generation="5.x", fault_tolerance=True, clock=clock, index_start=0)
 
@@ -283,15 +285,15 @@ def test_docs_worked_example() -> None:
         ]
 
     assert take(1) == ["a:1"]
-    assert selector.report("broker-a", 620).isolated_until == 2.0
+    assert selector.report("broker-a", 620).isolated_until_ms == 2_000
     assert take(3) == ["b:0", "b:1", "b:2"]
-    clock.now = 1.0
+    clock.now = 1_000
     item = selector.report("broker-b", 3, failed=True, reachable=False)
-    assert (item.isolated_until, item.reachable) == (11.0, False)
+    assert (item.isolated_until_ms, item.reachable) == (11_000, False)
     assert take(2) == ["a:0", "a:1"]
-    clock.now = 2.0
+    clock.now = 2_000
     assert take(4) == ["a:2", "a:3", "a:0", "a:1"]
-    clock.now = 11.0
+    clock.now = 11_000
     assert take(4) == ["a:2", "a:3", "b:0", "b:1"]
     assert LATENCY_4X.not_available_duration(620) == 30000
     assert LATENCY_4X.not_available_duration(LATENCY_4X.failure_latency_ms) == 600000
@@ -332,3 +334,13 @@ def test_passing_the_writable_queues_changes_nothing(
             C, "hash", str(latency)
         )
         assert given_queues.to_json() == computing.to_json()
+
+
+def test_5x_async_retry_keeps_the_index_where_it_is() -> None:
+    # MQClientAPIImpl's async retry selects with resetIndex=false: no jump, the walk goes on.
+    selector = QueueSelector(fault_tolerance=True, clock=FakeClock(), rng=random.Random(3), index_start=0)
+    assert selector.select_queue(C, last_broker="a", reset_index=False) == MessageQueue("T", "b", 0)
+    assert selector.index("T").value == 2  # probes a:1 (skipped), b:0
+    jumped = QueueSelector(fault_tolerance=True, clock=FakeClock(), rng=random.Random(3), index_start=0)
+    jumped.select_queue(C, last_broker="a", reset_index=True)
+    assert jumped.index("T").value != 2

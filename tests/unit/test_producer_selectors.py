@@ -58,7 +58,7 @@ def test_hash_index_is_java_abs_modulo_for_every_ordinary_key(text: str, size: i
 
 @pytest.mark.parametrize(("size", "expected"), [(1, 0), (3, 2), (4, 0), (7, 2), (10, 8)])
 def test_min_value_hash_takes_the_index_of_two_to_the_31(size: int, expected: int) -> None:
-    # Java would compute a negative index here and throw IndexOutOfBoundsException.
+    # RocketMQ 4.8.0+: Math.abs(MIN_VALUE % size), never negative (4.7.1 took Math.abs first and threw).
     assert hash_index("polygenelubricants", size) == expected
 
 

@@ -34,6 +34,10 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.now += seconds
 
+    def ms(self) -> int:
+        """The same time in whole milliseconds: the producer's fault clock."""
+        return round(self.now * 1000)
+
 
 def document(
     generation: int,
@@ -93,7 +97,7 @@ def make_state(
     selector = QueueSelector(
         generation=generation,
         fault_tolerance=config.fault_tolerance,
-        clock=clock,
+        clock=clock.ms,
         rng=random.Random(7),
         index_start=0,
     )

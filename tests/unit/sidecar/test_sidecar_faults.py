@@ -61,7 +61,7 @@ async def test_each_latency_isolates_for_its_window(
         clock.advance(window_ms / 1000 - 0.001)
         item = await fault(client, broker)
         assert item["available"] is False
-        assert item["isolatedForMs"] == pytest.approx(1, abs=1e-3)
+        assert item["isolatedForMs"] == 1
         clock.advance(0.001)
         assert (await fault(client, broker))["available"] is True
 
@@ -113,3 +113,26 @@ async def test_unreachable_brokers_are_reported(make_client: Factory) -> None:
     item = await fault(client, "broker-a")
     assert item["reachable"] is False
     assert item["available"] is True
+
+
+async def test_fault_times_are_whole_milliseconds_and_fractions_truncate(
+    make_client: Factory, clock: FakeClock
+) -> None:
+    client = await make_client()
+    body = await (await client.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 549.9})).json()
+    assert (body["currentLatencyMs"], body["isolationMs"], body["available"]) == (549, 0, True)
+    body = await (await client.post("/v1/sends", json={"broker": "broker-b", "latencyMs": 550.7})).json()
+    assert body == {
+        "broker": "broker-b",
+        "currentLatencyMs": 550,
+        "isolatedUntilMs": clock.ms() + 2000,
+        "isolatedForMs": 2000,
+        "available": False,
+        "reachable": True,
+        "isolationMs": 2000,
+    }
+    clock.advance(1.999)  # the window's last millisecond
+    item = await fault(client, "broker-b")
+    assert (item["isolatedForMs"], item["available"]) == (1, False)
+    never = await fault(client, "broker-a")
+    assert never["isolatedUntilMs"] == 0  # 5.x: a broker never isolated keeps startTimestamp 0
