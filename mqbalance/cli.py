@@ -15,6 +15,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "allocate": ("mqbalance.allocate_cli", "compute an assignment from a JSON request (dry run)"),
     "operator": ("mqbalance.operator.main", "run the Kubernetes operator"),
     "sidecar": ("mqbalance.sidecar.main", "run the per-pod assignment and producer sidecar"),
+    "drain": (
+        "mqbalance.sidecar.drain",
+        "wait until this pod's sidecar has nothing left to hand over (preStop)",
+    ),
     "replay": ("mqbalance.pipeline.main", "replay rebalance history through every strategy (PySpark)"),
 }
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from mqbalance.contract import (
     DocumentError,
+    Release,
     decode_queue_map,
     encode_queue_map,
     read_strategy,
@@ -52,9 +53,11 @@ class JournalRecord:
     """Topic -> member -> queues."""
     moved: int
     compute_seconds: float
+    releasing: tuple[Release, ...] = ()
+    """Queues revoked and held by nobody until their old owner releases them (a handover)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": KIND,
             "namespace": self.namespace,
             "group": self.group,
@@ -70,6 +73,9 @@ class JournalRecord:
             "moved": self.moved,
             "computeSeconds": self.compute_seconds,
         }
+        if self.releasing:
+            out["releasing"] = [r.to_json() for r in self.releasing]
+        return out
 
     def encode(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
@@ -100,6 +106,7 @@ class JournalRecord:
                 assignment={t: decode_queue_map(t, a) for t, a in data["assignment"].items()},
                 moved=int(data.get("moved", 0)),
                 compute_seconds=float(data.get("computeSeconds", 0.0)),
+                releasing=tuple(Release.from_json(r) for r in data.get("releasing") or []),
             )
         except KeyError as e:
             raise DocumentError(f"journal record lacks field {e.args[0]!r}") from None

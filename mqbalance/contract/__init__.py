@@ -8,6 +8,7 @@ from mqbalance.contract.document import (
     CONFIGMAP_KEY,
     AssignmentDocument,
     DocumentError,
+    Release,
     configmap_name,
     decode_queue_map,
     encode_queue_map,
@@ -28,6 +29,7 @@ from mqbalance.contract.names import (
     VERSION,
     custom_path,
 )
+from mqbalance.contract.releases import Ack, decode_acks, releases_configmap_name
 from mqbalance.contract.strategy import read_strategy, write_strategy
 from mqbalance.contract.topic import read_topic, topic_name
 
@@ -45,15 +47,19 @@ __all__ = [
     "TOPICS",
     "TOPIC_KIND",
     "VERSION",
+    "Ack",
     "AssignmentDocument",
     "DocumentError",
+    "Release",
     "SpecError",
     "configmap_name",
     "custom_path",
+    "decode_acks",
     "decode_queue_map",
     "encode_queue_map",
     "read_strategy",
     "read_topic",
+    "releases_configmap_name",
     "topic_name",
     "write_strategy",
 ]

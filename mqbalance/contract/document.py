@@ -11,6 +11,16 @@ compact for thousands of queues (about 3 bytes a queue).
       "brokerZones": {"broker-a": "zone-a"},
       "topics": {"orders": {"orders-7f9c-abcde": {"broker-a": [0, 1, 2]}}}
     }
+
+With a handover mode other than ``Off`` (see ``handover.py``) a generation may also hold
+queues revoked from their old owner and held by nobody until that owner releases them:
+
+      "handover": "Release",
+      "releasing": [{"owner": "orders-7f9c-fghij", "generation": 7, "since": 1795400000.1,
+                     "topics": {"orders": {"broker-a": [3]}}}]
+
+Both keys are left out when empty, so a document without a handover reads and encodes as
+it always did.
 """
 
 from __future__ import annotations
@@ -69,6 +79,42 @@ def decode_queue_map(topic: str, data: Any) -> dict[str, tuple[MessageQueue, ...
 
 
 @dataclass(frozen=True)
+class Release:
+    """Queues revoked from ``owner`` in ``generation`` and held by nobody until it releases them."""
+
+    owner: str
+    generation: int
+    """The generation that revoked them: an acknowledgement of it (or later) releases them."""
+    since: float
+    """Unix time of the revocation: the release timeout counts from here."""
+    queues: tuple[MessageQueue, ...]
+    """The queues of every topic, in RocketMQ's order."""
+
+    def to_json(self) -> dict[str, Any]:
+        by_topic: dict[str, dict[str, list[int]]] = {}
+        for mq in sort_queues(self.queues):
+            by_topic.setdefault(mq.topic, {}).setdefault(mq.broker_name, []).append(mq.queue_id)
+        return {"owner": self.owner, "generation": self.generation, "since": self.since, "topics": by_topic}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Release:
+        if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
+            raise DocumentError(
+                "a releasing entry must be an object with owner, generation, since and topics"
+            )
+        queues = [
+            mq
+            for topic, by_broker in data["topics"].items()
+            for queues in decode_queue_map(topic, {"": by_broker}).values()
+            for mq in queues
+        ]
+        generation = data.get("generation")
+        if not isinstance(generation, int) or generation < 0:
+            raise DocumentError(f"releasing: generation must be a non-negative integer, got {generation!r}")
+        return cls(str(data["owner"]), generation, float(data.get("since", 0.0)), tuple(sort_queues(queues)))
+
+
+@dataclass(frozen=True)
 class AssignmentDocument:
     """One published generation of a consumer group's assignment."""
 
@@ -85,10 +131,18 @@ class AssignmentDocument:
     topics: Mapping[str, Assignment]
     """RocketMQ topic name -> member -> queues."""
     broker_zones: Mapping[str, str] = field(default_factory=dict)
+    handover: str = "Off"
+    """How queues change owner: Off (at once), Release or Orderly (revoke, release, then assign)."""
+    releasing: tuple[Release, ...] = ()
+    """Queues revoked from their owners and held by nobody until released."""
 
     def queues_of(self, member: str) -> dict[str, tuple[MessageQueue, ...]]:
         """A member's queues per topic; empty tuples where it holds none."""
         return {topic: assignment.get(member, ()) for topic, assignment in self.topics.items()}
+
+    def releasing_of(self, owner: str) -> tuple[Release, ...]:
+        """What ``owner`` must release: the revocations still waiting for it."""
+        return tuple(r for r in self.releasing if r.owner == owner)
 
     def same_assignment(self, other: AssignmentDocument | None) -> bool:
         """True when publishing ``self`` after ``other`` would change nothing a consumer sees."""
@@ -99,10 +153,12 @@ class AssignmentDocument:
             and dict(self.members) == dict(other.members)
             and dict(self.broker_zones) == dict(other.broker_zones)
             and _normalized(self.topics) == _normalized(other.topics)
+            and self.handover == other.handover
+            and self.releasing == other.releasing
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "group": self.group,
             "generation": self.generation,
             "strategy": self.strategy,
@@ -113,6 +169,11 @@ class AssignmentDocument:
             "brokerZones": dict(sorted(self.broker_zones.items())),
             "topics": {topic: encode_queue_map(a) for topic, a in sorted(self.topics.items())},
         }
+        if self.handover != "Off":
+            out["handover"] = self.handover
+        if self.releasing:
+            out["releasing"] = [r.to_json() for r in self.releasing]
+        return out
 
     def encode(self) -> str:
         """Compact, key-sorted JSON: equal documents give equal bytes."""
@@ -133,6 +194,9 @@ class AssignmentDocument:
             broker_zones = data.get("brokerZones", {})
             if not isinstance(members, dict) or not isinstance(broker_zones, dict):
                 raise DocumentError("members and brokerZones must be objects")
+            releasing = data.get("releasing", [])
+            if not isinstance(releasing, list):
+                raise DocumentError("releasing must be a list")
             return cls(
                 group=str(data["group"]),
                 generation=generation,
@@ -143,6 +207,8 @@ class AssignmentDocument:
                 members={str(k): str(v) for k, v in members.items()},
                 broker_zones={str(k): str(v) for k, v in broker_zones.items()},
                 topics={t: decode_queue_map(t, a) for t, a in topics.items()},
+                handover=str(data.get("handover", "Off")),
+                releasing=tuple(Release.from_json(r) for r in releasing),
             )
         except KeyError as e:
             raise DocumentError(f"assignment document lacks field {e.args[0]!r}") from None

@@ -22,7 +22,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mqbalance.contract import CONSUMER_GROUPS, GROUP_LABEL, TOPICS, SpecError, configmap_name, read_topic
+from mqbalance.contract import (
+    CONSUMER_GROUPS,
+    GROUP_LABEL,
+    TOPICS,
+    AssignmentDocument,
+    SpecError,
+    configmap_name,
+    decode_acks,
+    read_topic,
+    releases_configmap_name,
+)
 from mqbalance.kube import ApiError, Conflict, Key
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import PodIndex, PodInfo
@@ -195,7 +205,8 @@ class Controller:
                 self._enqueue(state)
 
     def on_configmap(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-        """A group's ConfigMap changed or went away: re-read it unless we wrote it."""
+        """A group's ConfigMap changed or went away: re-read it unless we wrote it; new release
+        acknowledgements may finish a handover."""
         if new is None:
             self.configmaps.pop(key, None)
         else:
@@ -203,6 +214,9 @@ class Controller:
         labels = ((new or old or {}).get("metadata") or {}).get("labels") or {}
         state = self.groups.get((key[0], labels.get(GROUP_LABEL, "")))
         if state is None:
+            return
+        if key[1] == releases_configmap_name(state.name):
+            self._enqueue(state)
             return
         version = ((new or {}).get("metadata") or {}).get("resourceVersion")
         if state.published is not None and version == state.published.resource_version:
@@ -302,6 +316,7 @@ class Controller:
         spec = dict(body.get("spec") or {})
         pods = self.pods.candidates(ns, _selector(spec))
         nodes = {p.node_name for p in pods if p.node_name}
+        releases = self.configmaps.get((ns, releases_configmap_name(name))) or {}
         observed = Observed(
             namespace=ns,
             name=name,
@@ -313,12 +328,16 @@ class Controller:
             now=self.clock(),
             generation=int(body["metadata"].get("generation") or 0),
             status=state.written_status or {},
+            acks=decode_acks(releases.get("data")),
+            alive=self._alive(ns, state.published.document),
         )
         computing = time.perf_counter()
         outcome = reconcile(observed)
         compute_seconds = time.perf_counter() - computing
         self._remember(state, outcome, pods, spec)
         if outcome.document is not None:
+            if outcome.document.releasing and not releases:
+                await self.writer.ensure_releases(body)  # before anyone is asked to acknowledge
             state.published = await self.writer.publish(body, outcome.document, state.published)
             if outcome.journal is not None:
                 self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
@@ -334,7 +353,23 @@ class Controller:
         state.invalid = outcome.invalid
         for note in outcome.notes:
             self.writer.post_event(body, note.type, note.reason, note.message)
+        if outcome.handover is not None:
+            self.metrics.observe_handover(outcome.handover)
+        if outcome.wake_at is not None:  # a release may time out then
+            self.queue.add_after(("group", ns, name), max(0.0, outcome.wake_at - self.clock()))
         return outcome
+
+    def _alive(self, namespace: str, document: AssignmentDocument | None) -> frozenset[str]:
+        """The previous document's members and releasing owners whose pods exist and have not finished."""
+        if document is None:
+            return frozenset()
+        names = set(document.members) | {r.owner for r in document.releasing}
+        alive = set()
+        for pod_name in names:
+            pod = self.pods.get(namespace, pod_name)
+            if pod is not None and not pod.finished:
+                alive.add(pod_name)
+        return frozenset(alive)
 
     def _remember(
         self, state: GroupState, outcome: Outcome, pods: list[PodInfo], spec: Mapping[str, Any]

@@ -25,6 +25,8 @@ class PodInfo:
     running: bool = False
     ready: bool = False
     terminating: bool = False
+    finished: bool = False
+    """Phase Succeeded or Failed: its containers have stopped for good (it holds nothing any more)."""
 
     @property
     def serving(self) -> bool:
@@ -46,6 +48,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         running=status.get("phase") == "Running",
         ready=ready,
         terminating=meta.get("deletionTimestamp") is not None,
+        finished=status.get("phase") in ("Succeeded", "Failed"),
     )
 
 

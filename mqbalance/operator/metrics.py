@@ -17,7 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mqbalance.operator.handover import Step
+
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+HANDOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,37 @@ class OperatorMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self.handover_revoked = Counter(
+            "mqbalance_handover_revoked_queues",
+            "Queues revoked from their owner and held by nobody until released (handover Release, Orderly).",
+            registry=registry,
+        )
+        self.handover_assigned = Counter(
+            "mqbalance_handover_assigned_queues",
+            "Revoked queues given to their new owner, by why: released (acknowledged), gone (the owner's pod "
+            "is gone) or overridden (no acknowledgement in time).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.handover_wait = Histogram(
+            "mqbalance_handover_wait_seconds",
+            "From a revocation to its queues' assignment to their new owners.",
+            buckets=HANDOVER_BUCKETS,
+            registry=registry,
+        )
         registry.register(GroupCollector(groups))
+
+    def observe_handover(self, step: Step) -> None:
+        self.handover_revoked.inc(step.revoked)
+        for outcome, count in (
+            ("released", step.released),
+            ("gone", step.gone),
+            ("overridden", step.overridden),
+        ):
+            if count:
+                self.handover_assigned.labels(outcome).inc(count)
+        for seconds in step.waited:
+            self.handover_wait.observe(seconds)
 
 
 def create_app(registry: CollectorRegistry, health: Callable[[], dict[str, Any]]) -> web.Application:

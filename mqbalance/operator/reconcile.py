@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mqbalance.contract import AssignmentDocument, SpecError, configmap_name, read_topic
+from mqbalance.contract import Ack, AssignmentDocument, Release, SpecError, configmap_name, read_topic
 from mqbalance.journal import JournalRecord
 from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue, TopicRoute, Zones
+from mqbalance.operator.handover import HandoverMode, HandoverSpec, Step, step, with_releasing
 from mqbalance.operator.membership import PodInfo, members
 from mqbalance.operator.spec import GroupSpec, parse_group, unknown_config_queues
 from mqbalance.quality import Figures, measure
@@ -56,6 +57,10 @@ class Observed:
     """The ConsumerGroup's metadata.generation."""
     status: Mapping[str, Any] = field(default_factory=dict)
     """The ConsumerGroup's current status."""
+    acks: Mapping[str, Ack] = field(default_factory=dict)
+    """Release acknowledgements, by pod (the releases ConfigMap)."""
+    alive: frozenset[str] = frozenset()
+    """Pods of the previous document (members and releasing owners) that exist and have not finished."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,10 @@ class Outcome:
     """Observed member -> zone (even when Invalid)."""
     spec: GroupSpec | None = None
     """The parsed spec, None when it is invalid."""
+    handover: Step | None = None
+    """What the handover did in this reconcile (None when there is no handover to run)."""
+    wake_at: float | None = None
+    """Reconcile again at this (unix) time even if nothing changes: a release may time out then."""
 
     @property
     def invalid(self) -> bool:
@@ -106,7 +115,9 @@ def reconcile(obs: Observed) -> Outcome:
     for route in routes:
         broker_zones.update(route.broker_zones())
     zones = Zones(brokers=broker_zones, consumers=member_zones)
-    previous = merged(obs.previous.topics, obs.previous.members) if obs.previous else None
+    # Who held what before any handover now under way: the strategy's previous assignment.
+    held_before = with_releasing(obs.previous) if obs.previous else None
+    previous = merged(held_before, obs.previous.members) if obs.previous and held_before is not None else None
     try:
         topics = allocate_group(
             spec.strategy,
@@ -122,14 +133,35 @@ def reconcile(obs: Observed) -> Outcome:
     # queues when the route offers none (its strategy refuses an empty queue list).
     empty = sorted(topic for topic, qs in queues.items() if not qs)
     for topic in empty:
-        kept = obs.previous.topics.get(topic, {}) if obs.previous else {}
+        kept = held_before.get(topic, {}) if held_before else {}
         topics[topic] = {member: tuple(kept.get(member, ())) for member in member_zones}
     topics = {route.topic: topics[route.topic] for route in routes}
 
     generation = (
         max(obs.previous.generation if obs.previous else 0, _int(obs.status.get("assignmentGeneration"))) + 1
     )
-    reason = change_reason(obs, spec, member_zones, topics, broker_zones)
+    handover: Step | None = None
+    releasing: tuple[Release, ...] = ()
+    if spec.handover.mode is not HandoverMode.OFF or (obs.previous and obs.previous.releasing):
+        handover = step(
+            obs.previous,
+            topics,
+            spec=spec.handover,
+            acks=obs.acks,
+            alive=obs.alive,
+            generation=generation,
+            now=obs.now,
+        )
+        target, topics, releasing = topics, handover.topics, handover.releasing
+    else:
+        target = topics
+    reason = change_reason(obs, spec, member_zones, target, broker_zones)
+    if (
+        reason == "resync"
+        and handover is not None
+        and (handover.released or handover.gone or handover.overridden)
+    ):
+        reason = "released"
     candidate = AssignmentDocument(
         group=spec.group_name,
         generation=generation,
@@ -140,12 +172,14 @@ def reconcile(obs: Observed) -> Outcome:
         members=member_zones,
         topics=topics,
         broker_zones=broker_zones,
+        handover=spec.handover.mode.value,
+        releasing=releasing,
     )
     all_queues = [mq for qs in queues.values() for mq in qs]
     all_queues += [mq for topic in empty for qs in topics[topic].values() for mq in qs]
     current = merged(topics, member_zones)
     changed = not candidate.same_assignment(obs.previous)
-    before = merged(obs.previous.topics, obs.previous.members) if changed and obs.previous else None
+    before = previous if changed else None
     figures = measure(before, current, zones=zones, queues=all_queues, message_model=spec.message_model)
     warnings = unknown_config_queues(spec.strategy, {r.topic: r for r in routes})
     recovered = (
@@ -154,15 +188,26 @@ def reconcile(obs: Observed) -> Outcome:
         else ()
     )
 
+    wake_at = handover.wake_at if handover else None
+
     if not changed:
         assert obs.previous is not None
         status = _status(
-            obs, obs.previous.generation, figures, current, member_zones, spec, warnings, empty, None
+            obs,
+            obs.previous.generation,
+            figures,
+            current,
+            member_zones,
+            spec,
+            warnings,
+            empty,
+            None,
+            handover,
         )
-        return Outcome(None, status, recovered, members=member_zones, spec=spec)
+        return Outcome(None, status, recovered, members=member_zones, spec=spec, wake_at=wake_at)
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
-    status = _status(obs, generation, figures, current, member_zones, spec, warnings, empty, last)
+    status = _status(obs, generation, figures, current, member_zones, spec, warnings, empty, last, handover)
     record = JournalRecord(
         namespace=obs.namespace,
         group=spec.group_name,
@@ -177,13 +222,49 @@ def reconcile(obs: Observed) -> Outcome:
         assignment=topics,
         moved=figures.moved,
         compute_seconds=0.0,  # the caller times the reconcile: no clock here
+        releasing=releasing,
     )
     message = (
         f"published generation {generation} ({reason}): {figures.members} members, {figures.queues} queues, "
         f"loads {figures.min_load}-{figures.max_load}, {figures.moved} moved, {figures.cross_zone} cross-zone"
     )
-    notes = (*recovered, Note("Normal", "Rebalanced", message))
-    return Outcome(candidate, status, notes, record, figures, member_zones, spec)
+    notes = (*recovered, *handover_notes(handover, spec.handover), Note("Normal", "Rebalanced", message))
+    return Outcome(candidate, status, notes, record, figures, member_zones, spec, handover, wake_at)
+
+
+def handover_notes(handover: Step | None, spec: HandoverSpec) -> list[Note]:
+    """Events for each handover phase: revoked, released, overridden."""
+    if handover is None:
+        return []
+    notes = []
+    if handover.revoked:
+        notes.append(
+            Note(
+                "Normal",
+                "QueuesRevoked",
+                f"revoked {handover.revoked} queue(s) from {', '.join(handover.waiting_for)}; each goes "
+                f"to its new owner once released (override after {spec.override_at(0):g} s)",
+            )
+        )
+    if handover.released or handover.gone:
+        notes.append(
+            Note(
+                "Normal",
+                "QueuesReleased",
+                f"{handover.released} queue(s) released by their owners and {handover.gone} of owners that "
+                "are gone: assigned to their new owners",
+            )
+        )
+    if handover.overridden:
+        notes.append(
+            Note(
+                "Warning",
+                "ReleaseOverridden",
+                f"{', '.join(handover.overridden_owners)} did not release {handover.overridden} queue(s) "
+                f"within {spec.override_at(0):g} s: assigned to their new owners anyway",
+            )
+        )
+    return notes
 
 
 def merged(
@@ -223,7 +304,7 @@ def change_reason(
         return "member-left"
     if dict(member_zones) != dict(prev.members):
         return "zone-changed"
-    prev_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in prev.topics.items()}
+    prev_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in with_releasing(prev).items()}
     now_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in topics.items()}
     if prev_queues != now_queues or dict(broker_zones) != dict(prev.broker_zones):
         return "topics-changed"
@@ -292,7 +373,10 @@ def _status(
     warnings: list[str],
     empty: list[str],
     last_rebalance: dict[str, Any] | None,
+    handover: Step | None = None,
 ) -> dict[str, Any]:
+    pending = sum(len(r.queues) for r in handover.releasing) if handover else 0
+    unassigned = f.unassigned - pending  # queues in a handover have no owner by design
     zones: dict[str, int] = {}
     for zone in member_zones.values():
         zones[zone] = zones.get(zone, 0) + 1
@@ -360,10 +444,8 @@ def _status(
     problems: list[tuple[str, str]] = []
     if not f.members:
         problems.append(("NoMembers", f"{f.queues} queues have no member to consume them"))
-    elif f.unassigned:
-        problems.append(
-            ("UnassignedQueues", f"{f.unassigned} of {f.queues} queues are assigned to no member")
-        )
+    elif unassigned:
+        problems.append(("UnassignedQueues", f"{unassigned} of {f.queues} queues are assigned to no member"))
     if f.members and spec.message_model is MessageModel.CLUSTERING and f.members > f.queues:
         problems.append(
             ("IdleMembers", f"{f.members} members for {f.queues} queues: {idle} members hold none")
@@ -396,7 +478,7 @@ def _status(
         "maxLoad": f.max_load,
         "topicSpread": f.topic_spread,
         "crossZoneQueues": f.cross_zone,
-        "unassignedQueues": f.unassigned,
+        "unassignedQueues": unassigned,
         "unknownZoneMembers": sorted(m for m, z in member_zones.items() if z == UNKNOWN_ZONE),
         "zones": dict(sorted(zones.items())),
         "lastRebalance": last_rebalance or dict(obs.status.get("lastRebalance") or {}),
@@ -404,6 +486,17 @@ def _status(
     }
     if not status["lastRebalance"]:
         del status["lastRebalance"]
+    if handover is not None:
+        before = obs.status.get("handover") or {}
+        overridden = _int(before.get("overriddenQueues")) + handover.overridden
+        status["handover"] = {
+            "mode": spec.handover.mode.value,
+            "releasingQueues": pending,
+            "waitingFor": list(handover.waiting_for),
+            "overriddenQueues": overridden,
+        }
+        if handover.releasing:
+            status["handover"]["since"] = rfc3339(min(r.since for r in handover.releasing))
     return status
 
 

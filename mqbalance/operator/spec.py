@@ -14,6 +14,12 @@ from typing import Any
 
 from mqbalance.contract import MAX_GROUP_NAME, SpecError, read_strategy
 from mqbalance.model import MessageModel, StrategySpec, TopicRoute
+from mqbalance.operator.handover import (
+    DEFAULT_BROKER_LOCK,
+    DEFAULT_RELEASE_TIMEOUT,
+    HandoverMode,
+    HandoverSpec,
+)
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
 DEFAULT_DEBOUNCE_SECONDS = 2.0
@@ -66,6 +72,7 @@ class GroupSpec:
     strategy: StrategySpec
     zone_label: str = DEFAULT_ZONE_LABEL
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
+    handover: HandoverSpec = field(default_factory=HandoverSpec)
 
 
 def parse_selector(data: Any, where: str = "spec.selector") -> LabelSelector:
@@ -128,6 +135,7 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
     debounce = spec.get("debounceSeconds", DEFAULT_DEBOUNCE_SECONDS)
     if not isinstance(debounce, int | float) or isinstance(debounce, bool) or not 0 <= debounce <= 600:
         raise SpecError(f"spec.debounceSeconds is {debounce!r}; use a number of seconds from 0 to 600")
+    handover = parse_handover(spec.get("handover") or {}, model)
     group_name = spec.get("groupName") or resource_name
     return GroupSpec(
         group_name=group_name,
@@ -137,7 +145,33 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
         strategy=read_strategy(spec.get("strategy") or {}, model),
         zone_label=zone_label,
         debounce_seconds=float(debounce),
+        handover=handover,
     )
+
+
+def parse_handover(data: Any, model: MessageModel) -> HandoverSpec:
+    """``spec.handover``: how queues change owner (Off, the default, keeps the one-step hand-over)."""
+    if not isinstance(data, Mapping):
+        raise SpecError("spec.handover must be an object with a mode (Off, Release or Orderly)")
+    try:
+        mode = HandoverMode(data.get("mode") or HandoverMode.OFF)
+    except ValueError:
+        raise SpecError(f"spec.handover.mode is {data.get('mode')!r}; use Off, Release or Orderly") from None
+    if mode is not HandoverMode.OFF and model is MessageModel.BROADCASTING:
+        raise SpecError(
+            "spec.handover.mode applies to CLUSTERING only (in BROADCASTING every member holds every queue); "
+            "set it to Off"
+        )
+    values = []
+    for key, default, low, high in (
+        ("releaseTimeoutSeconds", DEFAULT_RELEASE_TIMEOUT, 1, 3600),
+        ("brokerLockSeconds", DEFAULT_BROKER_LOCK, 0, 3600),
+    ):
+        value = data.get(key, default)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+            raise SpecError(f"spec.handover.{key} is {value!r}; use a number of seconds from {low} to {high}")
+        values.append(float(value))
+    return HandoverSpec(mode, values[0], values[1])
 
 
 def unknown_config_queues(strategy: StrategySpec, routes: Mapping[str, TopicRoute]) -> list[str]:

@@ -8,6 +8,7 @@ fresh state (a create that finds the object already there is the same thing).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from mqbalance.contract import (
     DocumentError,
     configmap_name,
     custom_path,
+    releases_configmap_name,
 )
 from mqbalance.kube import ApiError, Conflict, KubeClient
 
@@ -159,6 +161,22 @@ class Writer:
         path = f"/metadata/finalizers/{index}"
         operations = [{"op": "test", "path": path, "value": which}, {"op": "remove", "path": path}]
         await self.client.json_patch(custom_path(plural, _q(namespace), _q(name)), operations)
+
+    async def ensure_releases(self, owner: Mapping[str, Any]) -> None:
+        """Create the group's releases ConfigMap (the sidecars write their acknowledgements there)."""
+        meta = owner["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": releases_configmap_name(meta["name"]),
+                "namespace": meta["namespace"],
+                "labels": {MANAGED_BY[0]: MANAGED_BY[1], GROUP_LABEL: meta["name"]},
+                "ownerReferences": [owner_reference(owner)],
+            },
+        }
+        with contextlib.suppress(Conflict):  # there already
+            await self.client.create(f"/api/v1/namespaces/{_q(meta['namespace'])}/configmaps", body)
 
     async def patch_status(self, namespace: str, plural: str, name: str, status: Mapping[str, Any]) -> None:
         path = custom_path(plural, _q(namespace), _q(name)) + "/status"

@@ -17,16 +17,19 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mqbalance.contract import Ack
+from mqbalance.kube import ApiError as KubeApiError
 from mqbalance.model import MessageQueue
 from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector, wall_ms
 from mqbalance.sidecar.config import SidecarConfig
 from mqbalance.sidecar.state import GroupState, RouteEntry, Served, SidecarState, route_json
-from mqbalance.sidecar.watch import AssignmentSource
+from mqbalance.sidecar.watch import AckRecorder, AssignmentSource
 
 log = logging.getLogger(__name__)
 
 STATE = web.AppKey("state", SidecarState)
 CONFIG = web.AppKey("config", SidecarConfig)
+RECORDER: web.AppKey[AckRecorder | None] = web.AppKey("recorder")
 SOURCE_TASK: web.AppKey[asyncio.Task[None]] = web.AppKey("source_task")
 OPENAPI = web.AppKey("openapi", bytes)
 
@@ -318,6 +321,65 @@ async def get_faults(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].faults_json())
 
 
+_RELEASE_FIELDS: dict[str, tuple[type, ...]] = {"group": (str,), "generation": (int,), "all": (bool,)}
+
+
+@routes.post("/v1/release")
+async def release(request: web.Request) -> web.Response:
+    """The application let go of every queue outside generation N's share (or of all of them)."""
+    _check_params(request, ())
+    body = await _body(request, _RELEASE_FIELDS)
+    state = request.app[STATE]
+    name = body.get("group") or None
+    group = state.groups.get(name) if name else _group(request)
+    if group is None:
+        raise ApiError(404, f"group {name!r} is not served here; served: {', '.join(state.groups)}")
+    generation = body.get("generation")
+    if generation is None or generation < 0:
+        raise ApiError(400, "field 'generation' is required: the generation whose share you now hold exactly")
+    served = group.served
+    if served is None:
+        raise ApiError(503, f"no assignment received yet for group {group.resource!r}")
+    if generation > served.generation:
+        raise ApiError(
+            409,
+            f"generation {generation} is not served yet (this sidecar serves {served.generation}); "
+            "release only what you have read",
+        )
+    ack = Ack(generation, bool(body.get("all")))
+    group.acked = ack
+    answer: dict[str, Any] = {"group": group.resource, "generation": generation, "all": ack.all}
+    recorder = request.app[RECORDER]
+    if served.document.handover == "Off":
+        return web.json_response({**answer, "recorded": False, "reason": "handover is Off for this group"})
+    if recorder is None:
+        reason = "the assignment comes from a file: there is no API to record the release in"
+        return web.json_response({**answer, "recorded": False, "reason": reason})
+    try:
+        await recorder.record(group.resource, ack)
+    except KubeApiError as e:
+        raise ApiError(503, f"the release could not be recorded ({e}); try again") from None
+    group.wake()
+    return web.json_response({**answer, "recorded": True})
+
+
+@routes.get("/v1/drain")
+async def drain(request: web.Request) -> web.Response:
+    """Wait until this pod has nothing left to hand over (a preStop hook), at most ``timeout`` seconds."""
+    _check_params(request, ("group", "timeout"))
+    group = _group(request)
+    text = request.query.get("timeout", "30")
+    timeout = _number(text)
+    max_wait = request.app[CONFIG].max_wait
+    if timeout is None or not 0 <= timeout <= max_wait:
+        raise ApiError(400, f"timeout must be a number of seconds from 0 to {max_wait:g}, got {text!r}")
+    drained = await group.wait_drained(timeout)
+    served = group.served
+    return web.json_response(
+        {"group": group.resource, "drained": drained, "generation": served.generation if served else None}
+    )
+
+
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
@@ -354,6 +416,7 @@ def create_app(
     *,
     source: AssignmentSource | None,
     state: SidecarState | None = None,
+    recorder: AckRecorder | None = None,
 ) -> web.Application:
     """The API application; ``source`` feeds it in the background while it runs."""
     if state is None:
@@ -365,6 +428,7 @@ def create_app(
     app = web.Application(middlewares=[json_errors], client_max_size=64 * 1024)
     app[CONFIG] = config
     app[STATE] = state
+    app[RECORDER] = recorder
     app[OPENAPI] = load_openapi()
     app.add_routes(routes)
     if source is not None:

@@ -5,9 +5,13 @@ mqbalance itself, and can copy this file if it does not want even that::
 
     client = SidecarClient()                      # http://127.0.0.1:8081
     view = client.queues()
+    client.release(view["generation"])            # at start this pod holds nothing
     while True:
-        consume(view["queues"])
+        consume(view["queues"])                   # stop what is not in it, commit, then:
+        client.release(view["generation"])        # the handover may assign the rest now
         view = client.wait_for_change(view["generation"], timeout=60)
+
+On shutdown, after committing: ``client.release(view["generation"], all=True)``.
 """
 
 from __future__ import annotations
@@ -57,6 +61,23 @@ class SidecarClient:
     def assignment(self) -> dict[str, Any]:
         """The whole group's assignment document."""
         return self._get("/v1/assignment", {})
+
+    def release(self, generation: int, *, all: bool = False) -> dict[str, Any]:
+        """Tell the operator this pod holds nothing outside generation ``generation``'s share (or, with
+        ``all``, nothing at all): call it after stopping and committing the queues it lost.
+
+        Harmless when the group has no handover (``recorded`` is then false).
+        """
+        body: dict[str, Any] = {"generation": generation}
+        if all:
+            body["all"] = True
+        if self.group is not None:
+            body["group"] = self.group
+        return self._request("POST", "/v1/release", body)
+
+    def drain(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until this pod has nothing left to hand over (``drained``), at most ``timeout`` seconds."""
+        return self._get("/v1/drain", {"timeout": f"{timeout:g}"}, wait=timeout)
 
     def ready(self) -> bool:
         try:

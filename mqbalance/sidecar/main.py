@@ -16,7 +16,7 @@ from aiohttp import web
 from mqbalance.kube import KubeClient
 from mqbalance.sidecar.app import SOURCE_TASK, STATE, create_app, create_metrics_app
 from mqbalance.sidecar.config import ConfigError, SidecarConfig, parse_config
-from mqbalance.sidecar.watch import AssignmentSource, FilesSource, KubernetesSource
+from mqbalance.sidecar.watch import AckRecorder, AssignmentSource, FilesSource, KubernetesSource
 
 log = logging.getLogger("mqbalance.sidecar")
 
@@ -24,6 +24,7 @@ log = logging.getLogger("mqbalance.sidecar")
 async def serve(config: SidecarConfig) -> int:
     kube: KubeClient | None = None
     source: AssignmentSource
+    recorder: AckRecorder | None = None
     if config.uses_api:
         try:
             kube = await KubeClient.connect(config.kubeconfig)
@@ -38,9 +39,10 @@ async def serve(config: SidecarConfig) -> int:
             watch_topics=config.watch_topics,
             file_interval=config.file_poll_interval,
         )
+        recorder = AckRecorder(kube, config.namespace, config.pod_name)
     else:
         source = FilesSource(config.assignment_files, config.file_poll_interval)
-    app = create_app(config, source=source)
+    app = create_app(config, source=source, recorder=recorder)
     runners = [web.AppRunner(app, access_log=None)]
     sites = [(runners[0], config.host, config.port)]
     if config.metrics_port:

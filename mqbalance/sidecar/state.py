@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mqbalance.contract import AssignmentDocument
+from mqbalance.contract import Ack, AssignmentDocument
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.metrics import SidecarMetrics
@@ -48,7 +48,7 @@ class Served:
 def member_view(resource: str, member: str, doc: AssignmentDocument, received_at: float) -> dict[str, Any]:
     """This pod's share of ``doc``: the body of ``GET /v1/queues``."""
     queues = doc.queues_of(member)
-    return {
+    view = {
         "group": doc.group,
         "groupResource": resource,
         "member": member,
@@ -66,6 +66,21 @@ def member_view(resource: str, member: str, doc: AssignmentDocument, received_at
             for topic, topic_queues in sorted(queues.items())
         },
     }
+    if doc.handover != "Off":
+        view["handover"] = doc.handover
+        # Revoked from this pod and held by nobody until it releases them: stop fetching them, commit
+        # their offsets, then POST /v1/release.
+        view["releasing"] = [
+            {"generation": r.generation, "queues": _queue_lists(r.queues)} for r in doc.releasing_of(member)
+        ]
+    return view
+
+
+def _queue_lists(queues: Iterable[MessageQueue]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for mq in queues:
+        out.setdefault(mq.topic, []).append({"brokerName": mq.broker_name, "queueId": mq.queue_id})
+    return out
 
 
 class GroupState:
@@ -80,6 +95,8 @@ class GroupState:
         self._changed = asyncio.Event()
         self.waiting = 0
         """Long-polls waiting now."""
+        self.acked: Ack | None = None
+        """The last release acknowledgement this pod's application gave for the group."""
 
     def publish(self, doc: AssignmentDocument) -> bool:
         """Serve ``doc``; False when it is what is already served (a relist replays it)."""
@@ -137,6 +154,31 @@ class GroupState:
             finally:
                 self.waiting -= 1
                 self._metrics.long_polls.labels(self.resource).dec()
+
+    def drained(self) -> bool:
+        """Nothing left to hand over: no handover, or this pod holds nothing and releases nothing."""
+        served = self.served
+        if served is None or served.document.handover == "Off":
+            return True
+        doc = served.document
+        holds = any(doc.queues_of(self.member).values())
+        return not holds and self.member not in doc.members and not doc.releasing_of(self.member)
+
+    async def wait_drained(self, timeout: float) -> bool:
+        """Whether the pod drained within ``timeout`` seconds (see :meth:`drained`)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.drained():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            served = self.served
+            await self.wait_change(served.generation if served else -1, remaining)
+        return True
+
+    def wake(self) -> None:
+        """Let long-polls and drains look again (a release was recorded)."""
+        self._wake()
 
     def _wake(self) -> None:
         # Waiters hold the old event; a fresh one serves the next change.

@@ -2,7 +2,9 @@
 
 In CLUSTERING no queue has two owners, and while the group has a member every
 readable queue has an owner, except under strategies that leave queues out by
-design (CONFIG assigns only what is configured, MACHINE_ROOM only the listed idcs).
+design (CONFIG assigns only what is configured, MACHINE_ROOM only the listed idcs),
+and except queues in a handover (revoked, held by nobody until released), which no
+member may hold.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ def assignment_problems(
     members: Mapping[str, str],
     topics: Mapping[str, Mapping[str, Sequence[MessageQueue]]],
     readable: Mapping[str, Sequence[MessageQueue]] | None = None,
+    releasing: Iterable[MessageQueue] = (),
 ) -> list[str]:
     problems = []
+    revoked = set(releasing)
     for topic, assignment in topics.items():
         strangers = set(assignment) - set(members)
         if strangers:
@@ -35,9 +39,11 @@ def assignment_problems(
             for mq in queues:
                 if mq in owner:
                     problems.append(f"{topic}: {mq} assigned to both {owner[mq]} and {member}")
+                if mq in revoked:
+                    problems.append(f"{topic}: {mq} is revoked and yet held by {member}")
                 owner[mq] = member
         if readable is not None and members and strategy not in MAY_LEAVE_QUEUES_OUT:
-            missing = [mq for mq in readable.get(topic, ()) if mq not in owner]
+            missing = [mq for mq in readable.get(topic, ()) if mq not in owner and mq not in revoked]
             if missing:
                 problems.append(f"{topic}: {len(missing)} readable queues unassigned, e.g. {missing[0]}")
     return problems
@@ -46,7 +52,10 @@ def assignment_problems(
 def check_document(
     doc: AssignmentDocument, readable: Mapping[str, Sequence[MessageQueue]] | None = None
 ) -> None:
-    problems = assignment_problems(doc.strategy, doc.message_model, doc.members, doc.topics, readable)
+    revoked = [mq for r in doc.releasing for mq in r.queues]
+    problems = assignment_problems(
+        doc.strategy, doc.message_model, doc.members, doc.topics, readable, revoked
+    )
     assert not problems, f"generation {doc.generation} of {doc.group}: {problems}"
 
 
@@ -54,8 +63,9 @@ def check_journal(records: Iterable[JournalRecord]) -> int:
     """Check every journalled generation (each carries its readable queues); returns how many were checked."""
     checked = 0
     for r in records:
+        revoked = [mq for release in r.releasing for mq in release.queues]
         problems = assignment_problems(
-            r.strategy.name.value, r.message_model, r.members, r.assignment, r.queues
+            r.strategy.name.value, r.message_model, r.members, r.assignment, r.queues, revoked
         )
         assert not problems, f"{r.namespace}/{r.group} generation {r.generation}: {problems}"
         checked += 1

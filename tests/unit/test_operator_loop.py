@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mqbalance.contract import configmap_name
+from mqbalance.contract import Ack, configmap_name
 from mqbalance.kube import ApiError, Conflict
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.membership import PodInfo
@@ -155,7 +155,7 @@ class Harness:
             Writer(self.api),  # type: ignore[arg-type]
             OperatorMetrics(self.registry, list),
             self.journal,  # type: ignore[arg-type]
-            clock=lambda: 1_800_000_000.0,
+            clock=lambda: 1_800_000_000.0 + self.timer.time,
             queue=WorkQueue(self.timer),
         )
         self.tasks: list[asyncio.Task[None]] = []
@@ -354,3 +354,57 @@ async def test_the_finalizer_of_operator_0_1_is_removed_once() -> None:
         await h.settle()
         assert h.published_generations() == [1, 2]
         assert len(h.api.json_patches) == 1
+
+
+def releases_configmap(data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": NS, "name": "g-releases", "labels": {"mqbalance.io/group": "g"}},
+        "data": data,
+    }
+
+
+async def test_a_handover_revokes_then_assigns_once_the_old_owner_releases() -> None:
+    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={"mode": "Release"})
+    async with Harness() as h:
+        await start(h, body, [pod("p1")])
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        await h.settle()
+        first, revoke = h.journal.records
+        assert revoke.releasing
+        assert revoke.releasing[0].owner == "p1"
+        assert revoke.assignment["t"]["p2"] == ()  # nothing given yet: p1 still holds what moves
+        assert ("POST", CM_PATH) in h.api.writes  # the releases ConfigMap, before anyone acknowledges
+        reasons = [e["reason"] for e in h.api.events]
+        assert "QueuesRevoked" in reasons
+        ack = releases_configmap({"p1": Ack(revoke.generation).encode()})
+        h.controller.on_configmap((NS, "g-releases"), None, ack)
+        await h.settle()
+        assign = h.journal.records[-1]
+        assert assign.generation == revoke.generation + 1
+        assert assign.releasing == ()
+        assert sorted(len(q) for q in assign.assignment["t"].values()) == [2, 2]
+        assert assign.reason == "released"
+        assert h.counter("mqbalance_handover_assigned_queues_total", outcome="released") == 2
+        assert first.generation == 1
+
+
+async def test_a_release_that_never_comes_is_overridden_at_the_timeout() -> None:
+    body = group(
+        debounce=0.0, strategy={"name": "STICKY"}, handover={"mode": "Release", "releaseTimeoutSeconds": 30}
+    )
+    async with Harness() as h:
+        await start(h, body, [pod("p1")])
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        await h.settle()
+        revoked = h.journal.records[-1].generation
+        h.timer.advance(29.9)
+        await h.settle()
+        assert h.journal.records[-1].generation == revoked  # still waiting
+        h.timer.advance(0.1)  # the reconcile the operator scheduled for the timeout
+        await h.settle()
+        assert h.journal.records[-1].generation == revoked + 1
+        assert h.journal.records[-1].releasing == ()
+        assert h.counter("mqbalance_handover_assigned_queues_total", outcome="overridden") == 2
+        overridden = [e for e in h.api.events if e["reason"] == "ReleaseOverridden"]
+        assert overridden
+        assert overridden[0]["type"] == "Warning"

@@ -136,6 +136,12 @@ pod's zone for the producer's machine-room selector.
     httpGet:
       path: /metrics
       port: mqb-metrics
+  # A terminating pod keeps its sidecar until its application has released its queues and the
+  # operator has handed them over (spec.handover); returns at once when the group has no handover.
+  lifecycle:
+    preStop:
+      exec:
+        command: [mqbalance, drain, --port, {{ $sidecar.port | quote }}, --timeout, {{ $sidecar.drainTimeoutSeconds | quote }}]
   resources:
     {{- toYaml $sidecar.resources | nindent 4 }}
   securityContext:

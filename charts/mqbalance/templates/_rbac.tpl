@@ -56,6 +56,17 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
     {{- end }}
   {{- end }}
   verbs: [get, list, watch]
+{{- with .Values.sidecar.groups }}
+# Release acknowledgements (spec.handover): each pod writes its own key into its groups'
+# "<group>-releases" ConfigMaps, and may patch nothing else.
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames:
+    {{- range . }}
+    - {{ printf "%s-releases" . }}
+    {{- end }}
+  verbs: [patch]
+{{- end }}
 {{- if .Values.sidecar.watchTopics }}
 - apiGroups: [mqbalance.io]
   resources: [topics]

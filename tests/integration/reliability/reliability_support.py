@@ -145,8 +145,9 @@ class GenerationWatcher:
                 self.problems.append(f"{meta.name}@{meta.resource_version}: undecodable: {e}")
                 return
             readable = {t: list(self.readable.get(t, ())) for t in doc.topics}
+            revoked = [mq for r in doc.releasing for mq in r.queues]
             for problem in assignment_problems(
-                doc.strategy, doc.message_model, doc.members, doc.topics, readable
+                doc.strategy, doc.message_model, doc.members, doc.topics, readable, revoked
             ):
                 self.problems.append(f"{doc.group} generation {doc.generation}: {problem}")
             items = self.seen.setdefault(meta.name.removesuffix("-assignment"), [])

@@ -1,0 +1,55 @@
+"""Release acknowledgements: how a consumer tells the operator it let go of revoked queues.
+
+A group with a handover mode other than ``Off`` has a second ConfigMap, ``<group>-releases``,
+created and owned by the operator. Each pod's sidecar writes one key, the pod's name, when
+the pod's application says it holds no queue outside a generation's share for it any more
+(``POST /v1/release``); the value is a small JSON object:
+
+    {"generation": 12}               # holds nothing outside generation 12's share
+    {"generation": 12, "all": true}  # holds nothing at all, and will take nothing (shutting down)
+
+An acknowledgement of generation N releases every queue revoked from the pod in N or before.
+``all`` of the latest generation lets the pod's queues go to their new owners without a
+revocation first (a clean shutdown hands over in one step); it covers nothing granted after
+it, so an application that restarts and takes queues again must acknowledge anew (it should
+acknowledge the generation it first reads anyway: it then holds nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def releases_configmap_name(group_resource: str) -> str:
+    """Name of the ConfigMap that holds a ConsumerGroup's release acknowledgements."""
+    return f"{group_resource}-releases"
+
+
+@dataclass(frozen=True)
+class Ack:
+    generation: int
+    all: bool = False
+    """The pod holds nothing and will take nothing: everything revoked from it is released."""
+
+    def encode(self) -> str:
+        data: dict[str, Any] = {"generation": self.generation}
+        if self.all:
+            data["all"] = True
+        return json.dumps(data, separators=(",", ":"))
+
+
+def decode_acks(data: Mapping[str, Any] | None) -> dict[str, Ack]:
+    """The acknowledgements of a releases ConfigMap's data; unreadable entries are left out."""
+    acks: dict[str, Ack] = {}
+    for pod, text in (data or {}).items():
+        try:
+            value = json.loads(text)
+            generation = value["generation"]
+        except (TypeError, ValueError, KeyError):
+            continue
+        if isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0:
+            acks[str(pod)] = Ack(generation, value.get("all") is True)
+    return acks

@@ -1,0 +1,196 @@
+"""Handing queues over without two consumers at once: revoke, release, then assign.
+
+When a queue moves, its new owner must not start before the old owner has stopped: else
+both consume it for a while (duplicates after every rebalance; broken order for orderly
+consumers). With a handover mode other than ``Off`` a move takes two published generations:
+
+1. **revoke**: the queue is taken from its old owner and given to nobody; the old owner's
+   application stops fetching it, finishes or abandons what is in flight, commits its offset
+   and acknowledges through its sidecar (``contract.releases``);
+2. **assign**: once the old owner has released it (or is gone), the queue goes to its new owner.
+
+Queues that do not move never stop. An owner that is gone (its pod deleted or finished)
+needs no acknowledgement. One that does not acknowledge within the release timeout is
+overridden (counted and reported), in ``Release`` mode at the timeout; in ``Orderly`` mode
+only once RocketMQ's broker lock on the queue has expired too (``brokerLockSeconds`` after
+the revocation) or the pod is gone, so an orderly consumer that never saw the revocation
+still holds the broker's lock and keeps the new owner out until then.
+
+Everything here is pure: the published document carries the revocations (with their
+generation and time), the acknowledgements come from the releases ConfigMap, the clock
+reading is an argument. A restarted operator therefore carries on where it stopped, and no
+published document ever gives a queue to two members.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+
+from mqbalance.contract import Ack, AssignmentDocument, Release
+from mqbalance.model import Assignment, MessageQueue, sort_queues
+
+
+class HandoverMode(enum.StrEnum):
+    OFF = "Off"
+    """One step: a queue goes to its new owner in the same generation that takes it away."""
+    RELEASE = "Release"
+    """Revoke, wait for the release (at most the timeout), then assign."""
+    ORDERLY = "Orderly"
+    """As Release, but an override also waits for the broker lock to expire or the pod to go."""
+
+
+DEFAULT_RELEASE_TIMEOUT = 30.0
+DEFAULT_BROKER_LOCK = 60.0
+"""RocketMQ's broker-side lock lifetime (``REBALANCE_LOCK_MAX_LIVE_TIME``), in seconds."""
+
+
+@dataclass(frozen=True)
+class HandoverSpec:
+    mode: HandoverMode = HandoverMode.OFF
+    release_timeout: float = DEFAULT_RELEASE_TIMEOUT
+    broker_lock: float = DEFAULT_BROKER_LOCK
+
+    def override_at(self, since: float) -> float:
+        """When a revocation that nobody acknowledged may be overridden (if its owner still runs)."""
+        wait = self.release_timeout
+        if self.mode is HandoverMode.ORDERLY:
+            wait = max(wait, self.broker_lock)
+        return since + wait
+
+
+@dataclass(frozen=True)
+class Step:
+    """The next generation's assignment and revocations, and what happened on the way."""
+
+    topics: dict[str, dict[str, tuple[MessageQueue, ...]]]
+    releasing: tuple[Release, ...]
+    revoked: int = 0
+    """Queues revoked in this step."""
+    released: int = 0
+    """Queues assigned because their old owner acknowledged."""
+    gone: int = 0
+    """Queues assigned because their old owner is gone."""
+    overridden: int = 0
+    """Queues assigned because their old owner did not acknowledge in time."""
+    overridden_owners: tuple[str, ...] = ()
+    waited: tuple[float, ...] = ()
+    """How long each finished revocation (acknowledged, gone or overridden) was pending, seconds."""
+    wake_at: float | None = None
+    """When a pending revocation may be overridden: reconcile again then."""
+    waiting_for: tuple[str, ...] = field(default=())
+    """Owners whose acknowledgement is awaited."""
+
+
+def step(
+    published: AssignmentDocument | None,
+    target: Mapping[str, Assignment],
+    *,
+    spec: HandoverSpec,
+    acks: Mapping[str, Ack],
+    alive: Set[str],
+    generation: int,
+    now: float,
+) -> Step:
+    """From the published document and the strategy's ``target`` to the next generation's share.
+
+    ``alive``: pods that still exist and have not finished (an owner not in it is gone).
+    ``generation``: the number the next document will carry, should it revoke anything.
+    """
+    held = _holders(published.topics) if published else {}
+    latest = published.generation if published else 0
+
+    def released(owner: str, generation: int) -> bool:
+        """Whether ``owner`` let go of what it held in ``generation``."""
+        ack = acks.get(owner)
+        return ack is not None and ack.generation >= generation
+
+    def holds_nothing(owner: str) -> bool:
+        """``owner`` said "all" after the latest document: it holds nothing, not even what that
+        gave it (an "all" older than a later grant does not cover the grant)."""
+        ack = acks.get(owner)
+        return ack is not None and ack.all and ack.generation >= latest
+
+    pending = {mq: r for r in (published.releasing if published else ()) for mq in r.queues}
+    topics: dict[str, dict[str, list[MessageQueue]]] = {
+        topic: {member: [] for member in assignment} for topic, assignment in target.items()
+    }
+    revoking: dict[str, list[MessageQueue]] = {}
+    kept: dict[tuple[str, int, float], list[MessageQueue]] = {}
+    outcome = {"released": 0, "gone": 0, "overridden": 0}
+    finished: dict[tuple[str, int, float], str] = {}
+    overridden_owners: set[str] = set()
+
+    for topic, assignment in target.items():
+        for member, queues in assignment.items():
+            for mq in queues:
+                owner = held.get(mq)
+                release = pending.get(mq)
+                if owner == member or (owner is None and release is None):
+                    topics[topic][member].append(mq)  # staying, or new
+                elif owner is not None:
+                    if spec.mode is HandoverMode.OFF or owner not in alive or holds_nothing(owner):
+                        topics[topic][member].append(mq)  # nobody to wait for
+                    else:
+                        revoking.setdefault(owner, []).append(mq)
+                else:
+                    assert release is not None
+                    key = (release.owner, release.generation, release.since)
+                    if release.owner == member:
+                        topics[topic][member].append(mq)  # back to where it was: nothing to release
+                    elif released(release.owner, release.generation):
+                        topics[topic][member].append(mq)
+                        outcome["released"] += 1
+                        finished[key] = "released"
+                    elif release.owner not in alive:
+                        topics[topic][member].append(mq)
+                        outcome["gone"] += 1
+                        finished[key] = "gone"
+                    elif spec.mode is HandoverMode.OFF or now >= spec.override_at(release.since):
+                        topics[topic][member].append(mq)
+                        outcome["overridden"] += 1
+                        overridden_owners.add(release.owner)
+                        finished[key] = "overridden"
+                    else:
+                        kept.setdefault(key, []).append(mq)
+
+    releasing = [
+        Release(owner, release_generation, since, tuple(sort_queues(queues)))
+        for (owner, release_generation, since), queues in sorted(kept.items())
+    ]
+    releasing += [
+        Release(owner, generation, now, tuple(sort_queues(queues)))
+        for owner, queues in sorted(revoking.items())
+    ]
+    wake = [spec.override_at(r.since) for r in releasing]
+    return Step(
+        topics={t: {m: tuple(sort_queues(qs)) for m, qs in a.items()} for t, a in topics.items()},
+        releasing=tuple(releasing),
+        revoked=sum(len(qs) for qs in revoking.values()),
+        released=outcome["released"],
+        gone=outcome["gone"],
+        overridden=outcome["overridden"],
+        overridden_owners=tuple(sorted(overridden_owners)),
+        waited=tuple(now - since for (_, _, since) in finished),
+        wake_at=min(wake) if wake else None,
+        waiting_for=tuple(sorted({r.owner for r in releasing})),
+    )
+
+
+def _holders(topics: Mapping[str, Assignment]) -> dict[MessageQueue, str]:
+    return {
+        mq: member for assignment in topics.values() for member, queues in assignment.items() for mq in queues
+    }
+
+
+def with_releasing(document: AssignmentDocument) -> dict[str, dict[str, tuple[MessageQueue, ...]]]:
+    """The document's share with every revoked queue given back to its old owner: who held what
+    before the handover started (the strategy's ``previous``, and the base of the move figures)."""
+    out = {
+        topic: {m: list(qs) for m, qs in assignment.items()} for topic, assignment in document.topics.items()
+    }
+    for release in document.releasing:
+        for mq in release.queues:
+            out.setdefault(mq.topic, {}).setdefault(release.owner, []).append(mq)
+    return {t: {m: tuple(sort_queues(qs)) for m, qs in a.items()} for t, a in out.items()}

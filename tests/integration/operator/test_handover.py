@@ -1,0 +1,176 @@
+"""The handover on the real API server: the operator revokes, each pod's sidecar records its
+application's release in the releases ConfigMap, and only then do the queues go to their new
+owners; an owner that never releases is overridden at the timeout; a terminating pod that
+releases everything hands over at once and its sidecar drains."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness import kubelet
+from harness.cluster import LocalCluster
+from harness.polling import wait_for
+from harness.processes import OperatorProcess, SidecarProcess
+from mqbalance.contract import AssignmentDocument
+from tests.integration.invariants import check_document
+from tests.integration.operator_support import apply_group, apply_topic, events_of, read_document, status_of
+
+LABELS = {"app": "handover"}
+BROKERS = [{"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8}]
+
+
+@pytest.fixture
+def sidecars(
+    cluster: LocalCluster, module_namespace: str, tmp_path: Path
+) -> Iterator[dict[str, SidecarProcess]]:
+    started: dict[str, SidecarProcess] = {}
+
+    def start(pod: str, group: str) -> SidecarProcess:
+        proc = SidecarProcess(
+            cluster.kubeconfig,
+            tmp_path / f"sidecar-{pod}.log",
+            "--pod-name", pod, "--namespace", module_namespace, "--group", group, "--no-topics",
+        )  # fmt: skip
+        proc.start()
+        started[pod] = proc
+        return proc
+
+    started_fn: Any = start
+    yield started_fn
+    for proc in started.values():
+        proc.stop()
+
+
+def published(api: client.ApiClient, ns: str, group: str, test: Any, what: str) -> AssignmentDocument:
+    def probe() -> AssignmentDocument | None:
+        doc = read_document(api, ns, group)
+        if doc is not None:
+            check_document(doc)
+        return doc if doc is not None and test(doc) else None
+
+    return wait_for(what, probe, timeout=60)
+
+
+def test_queues_move_only_after_their_owner_released_them(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+    sidecars: Any,
+) -> None:
+    ns, api, group = module_namespace, module_api, "release"
+    nodes = sorted(n for n, z in zone_nodes.items() if z)
+    apply_topic(api, ns, "t-release", BROKERS)
+    labels = {**LABELS, "group": group}
+    apply_group(
+        api,
+        ns,
+        group,
+        {
+            "topics": ["t-release"],
+            "selector": {"matchLabels": labels},
+            "strategy": {"name": "STICKY"},
+            "debounceSeconds": 0,
+            "handover": {"mode": "Release", "releaseTimeoutSeconds": 600},
+        },
+    )
+    kubelet.start_pods(api, ns, group, 2, labels, nodes)
+    apps = {pod: sidecars(pod, group) for pod in (f"{group}-0", f"{group}-1")}
+    first = published(api, ns, group, lambda d: len(d.members) == 2, "two members")
+    for sidecar in apps.values():  # each application starts: it holds nothing yet
+        sidecar.client.release(first.generation)
+
+    # A third pod joins: what moves to it is revoked first, and stays with nobody.
+    kubelet.start_pods(api, ns, f"{group}-new", 1, labels, nodes)
+    joined = f"{group}-new-0"
+    revoked = published(api, ns, group, lambda d: joined in d.members, "the revocation")
+    assert revoked.releasing, "moving queues must be revoked first"
+    assert not any(revoked.queues_of(joined).values())
+    moving = {mq for r in revoked.releasing for mq in r.queues}
+    assert len(moving) == 2  # 8 queues: 3, 3, 2
+    owners = {r.owner for r in revoked.releasing}
+    view = apps[sorted(owners)[0]].client.queues()
+    assert view["handover"] == "Release"
+    assert view["releasing"], "the sidecar tells the old owner what to release"
+    status = status_of(api, ns, group)["handover"]
+    assert status["releasingQueues"] == 2
+    assert sorted(status["waitingFor"]) == sorted(owners)
+
+    # Nothing moves while one owner has not released yet.
+    pending = sorted(owners)
+    apps[pending[0]].client.release(revoked.generation)
+    if len(pending) > 1:
+        current = read_document(api, ns, group)
+        assert current is not None
+        assert current.releasing, "assigned before every owner released"
+        apps[pending[1]].client.release(revoked.generation)
+    assigned = published(
+        api, ns, group, lambda d: not d.releasing and d.generation > revoked.generation, "the assignment"
+    )
+    assert {mq for qs in assigned.queues_of(joined).values() for mq in qs} == moving
+    assert sorted(len(sum(assigned.queues_of(m).values(), ())) for m in assigned.members) == [2, 3, 3]
+    assert events_of(api, ns, group, "QueuesRevoked")
+    assert events_of(api, ns, group, "QueuesReleased")
+
+
+def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+    sidecars: Any,
+) -> None:
+    ns, api, group = module_namespace, module_api, "override"
+    nodes = sorted(n for n, z in zone_nodes.items() if z)
+    apply_topic(api, ns, "t-override", BROKERS)
+    labels = {**LABELS, "group": group}
+    apply_group(
+        api,
+        ns,
+        group,
+        {
+            "topics": ["t-override"],
+            "selector": {"matchLabels": labels},
+            "strategy": {"name": "STICKY"},
+            "debounceSeconds": 0,
+            "handover": {"mode": "Release", "releaseTimeoutSeconds": 2},
+        },
+    )
+    kubelet.start_pods(api, ns, group, 2, labels, nodes)
+    leaving, staying = f"{group}-0", f"{group}-1"
+    apps = {pod: sidecars(pod, group) for pod in (leaving, staying)}
+    two = published(api, ns, group, lambda d: len(d.members) == 2 and not d.releasing, "two members")
+    # (the second pod's arrival was a handover already: nobody here releases anything)
+    overridden = wait_for("the status", lambda: status_of(api, ns, group).get("handover"))["overriddenQueues"]
+    assert overridden == 4
+    assert two.generation >= 2
+
+    # A new pod joins and nobody releases: at the timeout the operator assigns anyway, and says so.
+    kubelet.start_pods(api, ns, f"{group}-new", 1, labels, nodes)
+    joined = f"{group}-new-0"
+    done = published(
+        api,
+        ns,
+        group,
+        lambda d: joined in d.members and not d.releasing and any(d.queues_of(joined).values()),
+        "the override",
+    )
+    assert wait_for(
+        "the override in status",
+        lambda: status_of(api, ns, group)["handover"]["overriddenQueues"] == overridden + 2,
+    )
+    assert events_of(api, ns, group, "ReleaseOverridden")
+
+    # A pod is deleted; its application releases everything as it shuts down, so its queues go
+    # to the others at once, and its sidecar's preStop (drain) returns.
+    kubelet.mark_terminating(api, ns, leaving)
+    apps[leaving].client.release(done.generation, all=True)
+    after = published(api, ns, group, lambda d: leaving not in d.members and not d.releasing, "the hand-over")
+    assert not any(after.queues_of(leaving).values())
+    assert apps[leaving].client.drain(timeout=20)["drained"] is True
+    kubelet.delete_pod(api, ns, leaving)

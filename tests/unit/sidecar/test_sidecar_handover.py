@@ -1,0 +1,118 @@
+"""The sidecar's side of a handover: what this pod must release, POST /v1/release, GET /v1/drain."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from pytest_aiohttp import AiohttpClient
+
+from mqbalance.contract import Ack, AssignmentDocument, Release
+from mqbalance.kube import ApiError
+from mqbalance.model import MessageQueue
+from mqbalance.sidecar.app import create_app
+from tests.unit.sidecar.sidecar_support import (
+    OTHER,
+    POD,
+    Client,
+    FakeClock,
+    document,
+    make_config,
+    make_state,
+    state_of,
+)
+
+pytestmark = pytest.mark.asyncio
+
+
+class Recorder:
+    """Records acknowledgements as the releases ConfigMap would; fails when told to."""
+
+    def __init__(self) -> None:
+        self.acks: list[tuple[str, Ack]] = []
+        self.fail = False
+
+    async def record(self, group: str, ack: Ack) -> None:
+        if self.fail:
+            raise ApiError(503, "the API server is restarting")
+        self.acks.append((group, ack))
+
+
+async def client_with(aiohttp_client: AiohttpClient, recorder: Recorder | None) -> Client:
+    config = make_config()
+    app = create_app(config, source=None, state=make_state(config, FakeClock()), recorder=recorder)  # type: ignore[arg-type]
+    return await aiohttp_client(app)
+
+
+def revoking(generation: int) -> AssignmentDocument:
+    """A document that revoked broker-a:1 from this pod in ``generation``."""
+    doc = document(
+        generation, {"orders": {POD: [("broker-a", 0)], OTHER: [("broker-b", 0), ("broker-b", 1)]}}
+    )
+    queue = MessageQueue("orders", "broker-a", 1)
+    return replace(doc, handover="Release", releasing=(Release(POD, generation, 100.0, (queue,)),))
+
+
+async def test_the_member_view_names_what_this_pod_must_release(aiohttp_client: AiohttpClient) -> None:
+    client = await client_with(aiohttp_client, Recorder())
+    state = state_of(client)
+    state.publish("orders", revoking(4))
+    view = await (await client.get("/v1/queues")).json()
+    assert view["handover"] == "Release"
+    assert view["queues"] == {"orders": [{"brokerName": "broker-a", "queueId": 0}]}
+    assert view["releasing"] == [
+        {"generation": 4, "queues": {"orders": [{"brokerName": "broker-a", "queueId": 1}]}}
+    ]
+    # Without a handover the view is what it always was.
+    state.publish("orders", document(5))
+    plain = await (await client.get("/v1/queues")).json()
+    assert "handover" not in plain
+    assert "releasing" not in plain
+
+
+async def test_a_release_is_recorded_for_the_operator(aiohttp_client: AiohttpClient) -> None:
+    recorder = Recorder()
+    client = await client_with(aiohttp_client, recorder)
+    state = state_of(client)
+    state.publish("orders", revoking(4))
+    resp = await client.post("/v1/release", json={"generation": 4})
+    assert resp.status == 200, await resp.text()
+    assert await resp.json() == {"group": "orders", "generation": 4, "all": False, "recorded": True}
+    assert recorder.acks == [("orders", Ack(4))]
+    # A generation not read yet cannot be released; a failed write is a 503 to retry.
+    resp = await client.post("/v1/release", json={"generation": 5})
+    assert resp.status == 409
+    assert "not served yet" in (await resp.json())["error"]
+    recorder.fail = True
+    resp = await client.post("/v1/release", json={"generation": 4, "all": True})
+    assert resp.status == 503
+    assert "try again" in (await resp.json())["error"]
+    for bad in ({}, {"generation": "4"}, {"generation": 4, "every": True}, {"generation": -1}):
+        assert (await client.post("/v1/release", json=bad)).status == 400, bad
+
+
+async def test_a_release_without_a_handover_is_harmless(aiohttp_client: AiohttpClient) -> None:
+    recorder = Recorder()
+    client = await client_with(aiohttp_client, recorder)
+    state = state_of(client)
+    state.publish("orders", document(2))
+    answer = await (await client.post("/v1/release", json={"generation": 2})).json()
+    assert (answer["recorded"], answer["reason"]) == (False, "handover is Off for this group")
+    assert recorder.acks == []
+
+
+async def test_drain_waits_until_this_pod_holds_and_releases_nothing(aiohttp_client: AiohttpClient) -> None:
+    client = await client_with(aiohttp_client, Recorder())
+    state = state_of(client)
+    state.publish("orders", revoking(4))
+    assert (await (await client.get("/v1/drain?timeout=0.1")).json())["drained"] is False
+    waiting = asyncio.ensure_future(client.get("/v1/drain?timeout=5"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    # The operator gave everything away: this pod is no member, holds nothing, releases nothing.
+    handed_over = document(5, {"orders": {OTHER: [("broker-a", 0), ("broker-a", 1), ("broker-b", 0)]}})
+    state.publish("orders", replace(handed_over, handover="Release"))
+    answer = await (await waiting).json()
+    assert answer == {"group": "orders", "drained": True, "generation": 5}
+    assert (await client.get("/v1/drain?timeout=x")).status == 400
