@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane demo test test-unit lint format bench crds clean
+.PHONY: help venv control-plane rocketmq demo test test-unit lint format bench crds clean
 
 help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
@@ -15,6 +15,7 @@ help:
 	@echo "make lint           ruff and mypy"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
 	@echo "make crds           copy crds/ into the Helm chart"
 
 $(STAMP): pyproject.toml
@@ -27,6 +28,9 @@ venv: $(STAMP)
 
 control-plane:
 	bash hack/build-control-plane.sh
+
+rocketmq:
+	bash hack/build-rocketmq.sh 5.3.3 4.9.7
 
 demo: venv control-plane
 	$(BIN)/python -m harness.demo
@@ -41,13 +45,13 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv control-plane lint
+test: venv control-plane rocketmq lint
 	$(BIN)/pytest
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-bench: venv control-plane
+bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_sidecar.py
 	$(BIN)/python bench/bench_replay.py
