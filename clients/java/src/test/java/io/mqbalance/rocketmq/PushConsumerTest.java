@@ -1,0 +1,125 @@
+package io.mqbalance.rocketmq;
+
+import static io.mqbalance.rocketmq.TestEnv.PUSH_GROUP;
+import static io.mqbalance.rocketmq.TestEnv.PUSH_TOPIC;
+import static io.mqbalance.rocketmq.TestEnv.q;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.junit.jupiter.api.Test;
+
+/** An unchanged DefaultMQPushConsumer with the sidecar's strategy, against a real NameServer and brokers. */
+class PushConsumerTest {
+    private static final List<MessageQueue> ALL = List.of(
+        q(PUSH_TOPIC, "broker-a", 0), q(PUSH_TOPIC, "broker-a", 1), q(PUSH_TOPIC, "broker-a", 2),
+        q(PUSH_TOPIC, "broker-a", 3), q(PUSH_TOPIC, "broker-b", 0), q(PUSH_TOPIC, "broker-b", 1),
+        q(PUSH_TOPIC, "broker-b", 2), q(PUSH_TOPIC, "broker-b", 3));
+
+    @Test
+    void consumesExactlyTheAssignedQueuesAndFollowsNewGenerationsAtOnce() throws Exception {
+        TestEnv env = TestEnv.get();
+        List<MessageQueue> gen1 = List.of(ALL.get(0), ALL.get(1), ALL.get(4));
+        List<MessageQueue> gen2 = List.of(ALL.get(0), ALL.get(4), ALL.get(5), ALL.get(6));
+        env.publishAndWait(PUSH_GROUP, 1, Map.of("p0", gen1, "p1", minus(ALL, gen1)));
+
+        ConcurrentLinkedQueue<MessageExt> received = new ConcurrentLinkedQueue<>();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(PUSH_GROUP);
+        consumer.setNamesrvAddr(env.namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(PUSH_TOPIC, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            received.addAll(msgs);
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        SidecarPushConsumer mqbalance = SidecarPushConsumer.install(consumer, env.sidecar("p0"), PUSH_GROUP);
+        consumer.start();
+        try (Messages messages = new Messages(env.namesrv, "it-push-producer")) {
+            TestEnv.await("the consumer to hold generation 1", Duration.ofSeconds(30),
+                () -> mqbalance.heldQueues().equals(new TreeSet<>(gen1)));
+            for (MessageQueue mq : ALL) {
+                messages.sendTo(mq, "first", 2);
+            }
+            TestEnv.await("6 messages of generation 1's queues", Duration.ofSeconds(30), () -> received.size() >= 6);
+            Thread.sleep(1500); // nothing else may arrive
+            assertEquals(new TreeSet<>(gen1), queuesOf(received), "queues consumed under generation 1");
+            assertEquals(6, received.size());
+
+            long published = System.nanoTime();
+            env.publish(PUSH_GROUP, 2, Map.of("p0", gen2, "p1", minus(ALL, gen2)));
+            TestEnv.await("the consumer to hold generation 2", Duration.ofSeconds(30),
+                () -> mqbalance.heldQueues().equals(new TreeSet<>(gen2)));
+            double seconds = (System.nanoTime() - published) / 1e9;
+            // The sidecar reads the file every 2 s; RocketMQ's own timer would take up to 20 s.
+            assertTrue(seconds < 10, "rebalanced " + seconds + " s after publishing: the wake-up did not work");
+            assertTrue(mqbalance.rebalancesTriggered() >= 2);
+
+            // The sidecar has no /v1/release yet: the handover says so and the consumer carries on.
+            TestEnv.await("the release attempt", Duration.ofSeconds(10), () -> !mqbalance.handover().supported());
+
+            received.clear();
+            for (MessageQueue mq : ALL) {
+                messages.sendTo(mq, "second", 2);
+            }
+            // gen2's new queues b:1 and b:2 start from the beginning (no offset stored): 4 each;
+            // a:0 and b:0 continue: 2 each. a:1 is no longer consumed.
+            TestEnv.await("12 messages of generation 2's queues", Duration.ofSeconds(30), () -> received.size() >= 12);
+            Thread.sleep(1500);
+            assertEquals(new TreeSet<>(gen2), queuesOf(received), "queues consumed under generation 2");
+            assertEquals(12, received.size());
+        } finally {
+            consumer.shutdown();
+            mqbalance.close();
+        }
+
+        // The dropped queue's offset reached the broker before the client let it go.
+        DefaultLitePullConsumer reader = new DefaultLitePullConsumer(PUSH_GROUP);
+        reader.setNamesrvAddr(env.namesrv);
+        reader.setInstanceName("offset-reader");
+        reader.start();
+        try {
+            assertEquals(2L, reader.committed(ALL.get(1)), "committed offset of the dropped queue broker-a:1");
+        } finally {
+            reader.shutdown();
+        }
+    }
+
+    @Test
+    void keepsTheLastAnswerWhenTheSidecarIsDown() {
+        SidecarWatcher watcher = new SidecarWatcher(new SidecarClient("http://127.0.0.1:9"), null);
+        SidecarAllocateStrategy strategy = new SidecarAllocateStrategy(watcher);
+        // Never answered: consume nothing rather than guess.
+        assertTrue(strategy.allocate(PUSH_GROUP, "c", ALL, List.of("c")).isEmpty());
+        assertFalse(watcher.lastError() == null, "the failure is kept for inspection");
+        assertEquals(0, watcher.lastError().status());
+        // The retry topic is not the operator's: RocketMQ's own AVG shares it.
+        List<MessageQueue> retry = List.of(q("%RETRY%" + PUSH_GROUP, "broker-a", 0));
+        assertTrue(strategy.allocate(PUSH_GROUP, "c", retry, List.of("c")).isEmpty(), "no answer at all yet");
+        assertEquals("MQBALANCE", strategy.getName());
+    }
+
+    static List<MessageQueue> minus(List<MessageQueue> all, List<MessageQueue> taken) {
+        return all.stream().filter(mq -> !taken.contains(mq)).collect(java.util.stream.Collectors.toList());
+    }
+
+    static Set<MessageQueue> queuesOf(Iterable<MessageExt> messages) {
+        Set<MessageQueue> queues = new TreeSet<>();
+        for (MessageExt m : messages) {
+            queues.add(new MessageQueue(m.getTopic(), m.getBrokerName(), m.getQueueId()));
+        }
+        return queues;
+    }
+}
