@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane rocketmq demo test test-unit lint format bench crds clean
+.PHONY: help venv control-plane rocketmq java-test demo test test-unit lint format bench crds clean
 
 help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
@@ -15,6 +15,7 @@ help:
 	@echo "make lint           ruff and mypy"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
 	@echo "make crds           copy crds/ into the Helm chart"
 
@@ -47,6 +48,11 @@ format: venv
 
 test: venv control-plane rocketmq lint
 	$(BIN)/pytest
+	$(MAKE) java-test
+
+# The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
+java-test: venv control-plane rocketmq
+	mvn -B -q -f clients/java/pom.xml test
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
