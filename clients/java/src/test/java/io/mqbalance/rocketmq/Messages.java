@@ -15,6 +15,7 @@ final class Messages implements AutoCloseable {
         producer = new DefaultMQProducer(group);
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName(group + "-" + System.nanoTime());
+        producer.setSendMsgTimeout(15_000); // a loaded 2-core machine can take seconds for a first connection
         producer.start();
     }
 

@@ -42,6 +42,7 @@ class ProducerTest {
         producer = new DefaultMQProducer("it-sidecar-producer");
         producer.setNamesrvAddr(env.namesrv);
         producer.setInstanceName("it-sidecar-producer");
+        producer.setSendMsgTimeout(15_000);
         producer.start();
         // p1's fault table is used by this class only.
         sidecarProducer = new SidecarProducer(producer, env.sidecar("p1"), SendRetryPolicy.Line.V5);
