@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import table  # noqa: E402
-from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ  # noqa: E402
+from bench.common import table
+from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ
 
 
 def rss_mb(pid: int) -> float:
@@ -51,7 +51,9 @@ def one_round(version: str) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--versions", default=f"{DEFAULT_VERSION},{LEGACY_VERSION}")
     args = parser.parse_args()

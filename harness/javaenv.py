@@ -132,7 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    def stop_on_eof() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=stop_on_eof, daemon=True).start()
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbalance-javaenv-"))
     logs = workdir / "logs"
