@@ -132,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
     def stop_on_eof() -> None:
         sys.stdin.read()
         stop.set()
