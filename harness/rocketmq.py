@@ -139,6 +139,14 @@ def _free_port_block(offsets: Sequence[int]) -> int:
     raise RocketMQError("no block of free ports on 127.0.0.1")
 
 
+class _PortTaken(Exception):
+    """A server lost the race for a port picked free (other test runs start servers too)."""
+
+    def __init__(self, proc: _Component) -> None:
+        super().__init__(proc.name)
+        self.proc = proc
+
+
 class _JavaProcess(_Component):
     """A RocketMQ server JVM; its console output is its own log file."""
 
@@ -229,10 +237,10 @@ class RocketMQ:
             lib = ensure_jars(self.version)
             try:
                 self._prepare(lib)
-                self._start_namesrv()
+                self._with_fresh_ports(self._start_namesrv)
                 for name in self.broker_names:
                     self._start_broker(name)
-                self._wait_registered()
+                self._with_fresh_ports(self._wait_registered)
             except BaseException:
                 self.stop()
                 raise
@@ -446,6 +454,23 @@ class RocketMQ:
         self._brokers[name] = proc
         proc.start()
 
+    def _with_fresh_ports(self, step: Callable[[], object], attempts: int = 3) -> None:
+        """Run ``step``; a server that lost its port is started again on new ones."""
+        for attempt in range(attempts):
+            try:
+                step()
+                return
+            except _PortTaken as taken:
+                if attempt == attempts - 1:
+                    raise RocketMQError(
+                        f"{taken.proc.name}: ports taken {attempts} times:\n{self.logs()}"
+                    ) from None
+                taken.proc.stop(0)
+                if taken.proc is self._namesrv:
+                    continue  # _start_namesrv picks new ports
+                name = next(n for n, p in self._brokers.items() if p is taken.proc)
+                self._start_broker(name)
+
     def _cluster_info_or_none(self) -> ClusterInfo | None:
         try:
             return self.cluster_info()
@@ -470,6 +495,8 @@ class RocketMQ:
         while time.monotonic() < deadline:
             for p in [self._namesrv, *self._brokers.values(), proc]:
                 if p is not None and not p.running():
+                    if "Address already in use" in p.tail(200):
+                        raise _PortTaken(p)
                     raise RocketMQError(f"{p.name} exited while waiting for {what}:\n{self.logs()}")
             result = probe()
             if result is not None:
