@@ -63,6 +63,8 @@ bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_replay.py
 	$(BIN)/python bench/bench_rebalance_latency.py
 	$(BIN)/python bench/bench_operator_scale.py --groups 1000
+	$(BIN)/python bench/bench_rocketmq_start.py --rounds 3
+	$(BIN)/python bench/bench_e2e_messages.py --seconds 90 --rate 200
 
 crds:
 	cp crds/*.yaml charts/mqbalance/crds/

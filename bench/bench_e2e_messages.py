@@ -49,7 +49,7 @@ def main() -> int:
                 "lost",
                 "duplicates",
                 "longest queue gap s",
-                "on queue",
+                "on queue, from s",
                 "order violations",
                 "caught up s after stop",
             ],
@@ -61,7 +61,7 @@ def main() -> int:
                     s.lost,
                     s.duplicates,
                     f"{s.longest_gap_s:.2f}",
-                    s.gap_queue,
+                    f"{s.gap_queue}, {s.gap_at_s:.1f}",
                     s.order_violations,
                     f"{s.drained_s:.1f}",
                 )

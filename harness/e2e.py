@@ -433,6 +433,8 @@ class Score:
     duplicates: int
     longest_gap_s: float
     gap_queue: str
+    gap_at_s: float
+    """When the longest gap began, seconds after the producer started."""
     order_violations: int
     drained_s: float
     events: list[str] = field(default_factory=list)
@@ -471,16 +473,18 @@ def run(
         )  # fmt: skip
         producer.start()
         started = time.monotonic()
+        started_epoch_ms = time.time() * 1000
         log(f"producing {rate}/s for {seconds:g} s; variants {', '.join(variants)}")
         for step in sorted(script, key=lambda s: s.at):
             delay = started + step.at * seconds - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            begun = time.monotonic() - started
             # Every variant at once: a kubelet's delay in one must not shift the other's timeline.
             with ThreadPoolExecutor(len(active)) as pool:
                 for future in [pool.submit(getattr(v, step.action), step.member) for v in active]:
                     future.result()
-            event = f"{time.monotonic() - started:5.1f} s: {step.action} member {step.member}"
+            event = f"{begun:5.1f}-{time.monotonic() - started:5.1f} s: {step.action} member {step.member}"
             events.append(event)
             log(event)
         time.sleep(max(0.0, started + seconds - time.monotonic()))
@@ -506,7 +510,7 @@ def run(
                 v.stop_all()
     for v in active:
         records = _read_consumed(w.workdir, v.group)
-        score = score_variant(v.name, produced, records, started, stopped)
+        score = score_variant(v.name, produced, records, started_epoch_ms)
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
         scores.append(score)
@@ -544,8 +548,7 @@ def score_variant(
     name: str,
     produced: dict[tuple[str, int, int], tuple[str, int]],
     records: Sequence[Record],
-    started: float,
-    stopped: float,
+    started_epoch_ms: float,
 ) -> Score:
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
     for _, broker, queue, offset, *_ in records:
@@ -573,12 +576,16 @@ def score_variant(
         first_at.setdefault((broker, queue, offset), at)
     for (broker, queue, _), at in first_at.items():
         by_queue[(broker, queue)].append(at)
-    longest, where = 0.0, "-"
+    longest, where, gap_at = 0.0, "-", float("nan")
     for queue_id, times in by_queue.items():
         times.sort()
-        gaps = [(b - a) / 1000 for a, b in itertools.pairwise(times)]
-        if gaps and max(gaps) > longest:
-            longest, where = max(gaps), f"{queue_id[0]}:{queue_id[1]}"
+        for a, b in itertools.pairwise(times):
+            if (b - a) / 1000 > longest:
+                longest, where, gap_at = (
+                    (b - a) / 1000,
+                    f"{queue_id[0]}:{queue_id[1]}",
+                    (a - started_epoch_ms) / 1000,
+                )
     return Score(
         variant=name,
         produced=len(produced),
@@ -587,6 +594,7 @@ def score_variant(
         duplicates=duplicates,
         longest_gap_s=longest,
         gap_queue=where,
+        gap_at_s=gap_at,
         order_violations=violations,
         drained_s=float("nan"),
     )
