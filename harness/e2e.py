@@ -89,18 +89,30 @@ class JavaProgram:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120.0) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while "started" not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None:
-                raise E2eError(f"{self.argv[-1]} exited with {self.proc.returncode}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise E2eError(f"{self.log.name} did not start in {timeout:g} s:\n{self.tail()}")
-            time.sleep(0.05)
+    def start(self, timeout: float = 120.0, attempts: int = 3) -> None:
+        """Start and wait for 'started'. A JVM that exits first is started again: on a loaded
+        machine RocketMQ's client can fail its first NameServer request and give up in start()."""
+        for attempt in range(attempts):
+            with self.log.open("ab") as out:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            deadline = time.monotonic() + timeout
+            while "started" not in self.log.read_text(errors="replace"):
+                if self.proc.poll() is not None:
+                    if attempt + 1 < attempts:
+                        break
+                    raise E2eError(f"{self.log.name}: exited with {self.proc.returncode}:\n{self.tail()}")
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise E2eError(f"{self.log.name} did not start in {timeout:g} s:\n{self.tail()}")
+                time.sleep(0.05)
+            else:
+                return
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook, no offset persisted, the TCP connections closed by the kernel."""
@@ -458,6 +470,7 @@ def run(
     active = [VARIANTS[v](w) for v in variants]
     produced_file = w.workdir / "produced.tsv"
     events: list[str] = []
+    producer: JavaProgram | None = None
     try:
         for v in active:
             v.setup()
@@ -505,6 +518,9 @@ def run(
                     pending.discard(group)
             time.sleep(0.5)
     finally:
+        if producer is not None:
+            producer.close_stdin()
+            producer.wait(30)
         for v in active:
             with contextlib.suppress(Exception):
                 v.stop_all()

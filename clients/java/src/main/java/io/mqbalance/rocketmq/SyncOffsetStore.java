@@ -60,9 +60,15 @@ public final class SyncOffsetStore implements OffsetStore {
         delegate.updateOffset(mq, offset, increaseOnly);
     }
 
-    @Override
+    // 5.x only. No @Override and a reflective call: the source also compiles against 4.x, whose
+    // interface lacks it (and whose clients never call it).
     public void updateAndFreezeOffset(MessageQueue mq, long offset) {
-        delegate.updateAndFreezeOffset(mq, offset); // 5.x only; 4.x never calls it
+        try {
+            delegate.getClass().getMethod("updateAndFreezeOffset", MessageQueue.class, long.class)
+                .invoke(delegate, mq, offset);
+        } catch (ReflectiveOperationException e) {
+            delegate.updateOffset(mq, offset, false);
+        }
     }
 
     @Override
