@@ -39,6 +39,7 @@ def main() -> int:
         "script: members 0, 1, 2 from the start; "
         + "; ".join(f"{s.at:.0%} {s.action} {s.member}" for s in SCRIPT)
     )
+    print("each step began and ended (s after the producer started): " + "; ".join(scores[0].events))
     print()
     print(
         table(
