@@ -53,7 +53,8 @@ class PushConsumerTest {
             for (MessageQueue mq : ALL) {
                 messages.sendTo(mq, "first", 2);
             }
-            TestEnv.await("6 messages of generation 1's queues", Duration.ofSeconds(30), () -> received.size() >= 6);
+            TestEnv.await("6 messages of generation 1's queues", Duration.ofSeconds(30), () -> received.size() >= 6,
+                () -> describe(received));
             Thread.sleep(1500); // nothing else may arrive
             assertEquals(new TreeSet<>(gen1), queuesOf(received), "queues consumed under generation 1");
             assertEquals(6, received.size());
@@ -76,7 +77,8 @@ class PushConsumerTest {
             }
             // gen2's new queues b:1 and b:2 start from the beginning (no offset stored): 4 each;
             // a:0 and b:0 continue: 2 each. a:1 is no longer consumed.
-            TestEnv.await("12 messages of generation 2's queues", Duration.ofSeconds(30), () -> received.size() >= 12);
+            TestEnv.await("12 messages of generation 2's queues", Duration.ofSeconds(30), () -> received.size() >= 12,
+                () -> describe(received));
             Thread.sleep(1500);
             assertEquals(new TreeSet<>(gen2), queuesOf(received), "queues consumed under generation 2");
             assertEquals(12, received.size());
@@ -109,6 +111,15 @@ class PushConsumerTest {
         List<MessageQueue> retry = List.of(q("%RETRY%" + PUSH_GROUP, "broker-a", 0));
         assertTrue(strategy.allocate(PUSH_GROUP, "c", retry, List.of("c")).isEmpty(), "no answer at all yet");
         assertEquals("MQBALANCE", strategy.getName());
+    }
+
+    static String describe(Iterable<MessageExt> messages) {
+        StringBuilder out = new StringBuilder("received:");
+        for (MessageExt m : messages) {
+            out.append(' ').append(m.getBrokerName()).append(':').append(m.getQueueId()).append('@')
+                .append(m.getQueueOffset());
+        }
+        return out.toString();
     }
 
     static List<MessageQueue> minus(List<MessageQueue> all, List<MessageQueue> taken) {

@@ -14,6 +14,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.function.BooleanSupplier;
+import java.util.function.Supplier;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
@@ -171,10 +172,17 @@ final class TestEnv {
     }
 
     static void await(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
+        await(what, timeout, condition, () -> "");
+    }
+
+    /** Poll until {@code condition}; on timeout the message names {@code what} and shows {@code state}. */
+    static void await(String what, Duration timeout, BooleanSupplier condition, Supplier<String> state)
+        throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
-                throw new AssertionError("timed out after " + timeout.getSeconds() + " s waiting for " + what);
+                throw new AssertionError("timed out after " + timeout.getSeconds() + " s waiting for " + what
+                    + "; " + state.get() + "; logs: " + instance.logs + " and " + instance.rocketmqLogs);
             }
             Thread.sleep(50);
         }
