@@ -53,6 +53,7 @@ test: venv control-plane rocketmq lint
 # The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
 java-test: venv control-plane rocketmq
 	mvn -B -q -f clients/java/pom.xml test
+	mvn -B -q -f clients/java/pom.xml -P rocketmq4 test
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
