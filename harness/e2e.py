@@ -69,6 +69,8 @@ class E2eError(RuntimeError):
 def java_classpath() -> str:
     """Compile clients/java (main and test sources) and return the classpath of its programs."""
     out = JAVA_MODULE / "target" / "test-classpath.txt"
+    if shutil.which("mvn") is None or shutil.which("java") is None:
+        raise E2eError("java and mvn are needed: `make rocketmq` installs them (Debian's JDK 17 and Maven)")
     argv = [
         "mvn", "-B", "-q", "-f", str(JAVA_MODULE / "pom.xml"), "test-compile", "dependency:build-classpath",
         f"-Dmdep.outputFile={out}", "-Dmdep.includeScope=test",
