@@ -74,7 +74,9 @@ public final class SidecarPushConsumer implements AutoCloseable {
             consumer.changeInstanceNameToPID();
             MQClientInstance instance = MQClientManager.getInstance().getOrCreateMQClientInstance(consumer);
             RemoteBrokerOffsetStore remote = new RemoteBrokerOffsetStore(instance, consumer.getConsumerGroup());
-            consumer.setOffsetStore(new SyncOffsetStore(remote, mq -> support.checkSettled()));
+            // Checked on the handover thread: removeOffset runs inside RocketMQ's rebalance, which
+            // must not wait on an HTTP request to the sidecar.
+            consumer.setOffsetStore(new SyncOffsetStore(remote, mq -> support.checkSettledLater()));
         }
         watcher.onChange(view -> {
             support.triggerRebalance();
@@ -150,6 +152,14 @@ public final class SidecarPushConsumer implements AutoCloseable {
             }
         } catch (RuntimeException e) {
             LOG.log(Level.WARNING, "handover check failed", e);
+        }
+    }
+
+    private void checkSettledLater() {
+        try {
+            timer.execute(this::checkSettledOrNudge);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // closed
         }
     }
 
