@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 from kubernetes import client, config
 
 from harness import kubelet
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster, _die_with_parent, free_port
 from harness.rocketmq import RocketMQ
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,6 +102,7 @@ class JavaProgram:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                 )
             deadline = time.monotonic() + timeout
             while "started" not in self.log.read_text(errors="replace"):

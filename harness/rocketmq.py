@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from harness.cluster import _Component, cache_dir
+from harness.cluster import _Component, _die_with_parent, cache_dir
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.operator.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.remoting import (
@@ -163,6 +163,8 @@ class _JavaProcess(_Component):
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
+                # SIGTERM when the starting thread dies, even by SIGKILL: no JVM left behind.
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 
 
