@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 from kubernetes import client, config
 
 from harness import kubelet
-from harness.cluster import LocalCluster, _die_with_parent, free_port
+from harness.cluster import LocalCluster, free_port
 from harness.rocketmq import RocketMQ
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,8 +101,9 @@ class JavaProgram:
                     stdin=subprocess.PIPE,
                     stdout=out,
                     stderr=subprocess.STDOUT,
+                    # No parent-death signal here: members are started from short-lived pool
+                    # threads, and Linux ties that signal to the starting thread.
                     start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                 )
             deadline = time.monotonic() + timeout
             while "started" not in self.log.read_text(errors="replace"):
