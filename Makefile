@@ -52,8 +52,8 @@ test: venv control-plane rocketmq lint
 
 # The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
 java-test: venv control-plane rocketmq
-	mvn -B -q -f clients/java/pom.xml test
-	mvn -B -q -f clients/java/pom.xml -P rocketmq4 test
+	mvn -B -ntp -f clients/java/pom.xml test
+	mvn -B -ntp -f clients/java/pom.xml -P rocketmq4 test
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
