@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane java-oracle demo test test-unit lint format bench crds clean
+.PHONY: help venv control-plane java-oracle rocketmq java-test demo test test-unit lint format bench crds clean
 
 help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
@@ -16,6 +16,8 @@ help:
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
+	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
+	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
 	@echo "make crds           copy crds/ into the Helm chart"
 
 $(STAMP): pyproject.toml
@@ -35,6 +37,9 @@ JAVA_ORACLE_VERSIONS := $(shell sed 's/\#.*//' tests/oracle/versions.txt)
 java-oracle:
 	bash hack/build-java-oracle.sh $(JAVA_ORACLE_VERSIONS) >/dev/null
 
+rocketmq:
+	bash hack/build-rocketmq.sh 5.3.3 4.9.7
+
 demo: venv control-plane
 	$(BIN)/python -m harness.demo
 
@@ -49,18 +54,26 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv control-plane java-oracle lint
+test: venv control-plane java-oracle rocketmq lint
 	$(BIN)/pytest
+	$(MAKE) java-test
+
+# The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
+java-test: venv control-plane rocketmq
+	mvn -B -ntp -f clients/java/pom.xml test
+	mvn -B -ntp -f clients/java/pom.xml -P rocketmq4 test
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-bench: venv control-plane
+bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_sidecar.py
 	$(BIN)/python bench/bench_replay.py
 	$(BIN)/python bench/bench_rebalance_latency.py
 	$(BIN)/python bench/bench_operator_scale.py --groups 1000
+	$(BIN)/python bench/bench_rocketmq_start.py --rounds 3
+	$(BIN)/python bench/bench_e2e_messages.py --seconds 90 --rate 200
 
 crds:
 	cp crds/*.yaml charts/mqbalance/crds/

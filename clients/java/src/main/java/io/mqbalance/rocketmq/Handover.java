@@ -1,0 +1,62 @@
+package io.mqbalance.rocketmq;
+
+import java.lang.System.Logger.Level;
+
+/**
+ * The client's half of the release protocol: once the application holds exactly the queues of a
+ * generation (lost queues no longer fetched, their offsets committed), say so with
+ * {@code POST /v1/release}. A sidecar without the endpoint answers 404: handover is then not
+ * supported, which is logged once and never asked again.
+ */
+public final class Handover {
+    private static final System.Logger LOG = System.getLogger(Handover.class.getName());
+
+    private final SidecarClient client;
+    private volatile boolean supported = true;
+    private volatile long released = -1;
+    private volatile int failures;
+
+    public Handover(SidecarClient client) {
+        this.client = client;
+    }
+
+    /** False once the sidecar answered 404 to a release. */
+    public boolean supported() {
+        return supported;
+    }
+
+    /** The last generation acknowledged by the sidecar, or -1. */
+    public long releasedGeneration() {
+        return released;
+    }
+
+    /** Releases that failed for another reason than 404 (the sidecar down, a 4xx/5xx). */
+    public int failures() {
+        return failures;
+    }
+
+    /**
+     * Release {@code generation} of {@code group} unless already done; true when it needs no
+     * further attempt (acknowledged, or not supported).
+     */
+    public synchronized boolean release(String group, long generation) {
+        if (!supported || generation <= released) {
+            return true;
+        }
+        try {
+            SidecarClient.Release answer = client.release(group, generation);
+            if (answer == SidecarClient.Release.NOT_SUPPORTED) {
+                supported = false;
+                LOG.log(Level.INFO, "sidecar {0} has no /v1/release (404): handover not supported, carrying on",
+                    client.baseUri());
+                return true;
+            }
+            released = generation;
+            return true;
+        } catch (SidecarException e) {
+            failures++;
+            LOG.log(Level.WARNING, "release of generation {0} failed (will retry): {1}", generation, e.getMessage());
+            return false;
+        }
+    }
+}

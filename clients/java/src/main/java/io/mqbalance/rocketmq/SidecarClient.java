@@ -1,0 +1,172 @@
+package io.mqbalance.rocketmq;
+
+import java.io.IOException;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Map;
+import org.apache.rocketmq.common.message.MessageQueue;
+
+/**
+ * The pod-local sidecar's HTTP API (docs/sidecar.md), with the JDK's HTTP client only.
+ *
+ * <p>Every method throws {@link SidecarException} with the HTTP status and the sidecar's error
+ * message, or status 0 when the sidecar could not be reached.
+ */
+public class SidecarClient {
+    /** The sidecar's default address (it listens on the pod's loopback). */
+    public static final String DEFAULT_URL = "http://127.0.0.1:8081";
+
+    private final URI base;
+    private final HttpClient http;
+    private final Duration requestTimeout;
+
+    public SidecarClient() {
+        this(DEFAULT_URL);
+    }
+
+    public SidecarClient(String baseUrl) {
+        this(baseUrl, Duration.ofSeconds(2));
+    }
+
+    public SidecarClient(String baseUrl, Duration requestTimeout) {
+        this.base = URI.create(baseUrl.endsWith("/") ? baseUrl.substring(0, baseUrl.length() - 1) : baseUrl);
+        this.requestTimeout = requestTimeout;
+        this.http = HttpClient.newBuilder()
+            .connectTimeout(requestTimeout)
+            .version(HttpClient.Version.HTTP_1_1)
+            .build();
+    }
+
+    public URI baseUri() {
+        return base;
+    }
+
+    /** This pod's queues now ({@code GET /v1/queues}); 503 before the first assignment. */
+    public QueuesView queues(String group) throws SidecarException {
+        return QueuesView.fromJson(get("/v1/queues" + groupQuery(group, '?'), requestTimeout));
+    }
+
+    /**
+     * Long-poll: answers as soon as the served generation differs from {@code after}, or with the
+     * unchanged view after {@code timeout} (compare {@link QueuesView#generation()}).
+     */
+    public QueuesView waitForChange(String group, long after, Duration timeout) throws SidecarException {
+        long seconds = Math.max(1, timeout.getSeconds());
+        String path = "/v1/queues?after=" + after + "&timeout=" + seconds + groupQuery(group, '&');
+        return QueuesView.fromJson(get(path, timeout.plus(requestTimeout)));
+    }
+
+    /** Producer queue selection ({@code POST /v1/topics/{topic}/select}). */
+    public MessageQueue select(String topic, String lastBroker, String selector, String shardingKey)
+        throws SidecarException {
+        StringBuilder body = new StringBuilder("{");
+        appendField(body, "lastBroker", lastBroker);
+        appendField(body, "selector", selector);
+        appendField(body, "shardingKey", shardingKey);
+        body.append('}');
+        Map<String, Object> answer = post("/v1/topics/" + encode(topic) + "/select", body.toString());
+        Object broker = answer.get("broker");
+        Object queueId = answer.get("queueId");
+        if (!(broker instanceof String) || !(queueId instanceof Number)) {
+            throw new SidecarException(200, "select answered without broker/queueId: " + answer, null);
+        }
+        return new MessageQueue(topic, (String) broker, ((Number) queueId).intValue());
+    }
+
+    /** A send's outcome for the fault table ({@code POST /v1/sends}); returns the isolation window chosen, ms. */
+    public long reportSend(String broker, long latencyMs, boolean failed, boolean reachable) throws SidecarException {
+        String body = "{\"broker\":" + Json.quote(broker) + ",\"latencyMs\":" + latencyMs
+            + ",\"failed\":" + failed + ",\"reachable\":" + reachable + "}";
+        Object isolation = post("/v1/sends", body).get("isolationMs");
+        return isolation instanceof Number ? ((Number) isolation).longValue() : 0L;
+    }
+
+    /** The result of {@link #release}. */
+    public enum Release {
+        /** The sidecar recorded the release. */
+        ACKNOWLEDGED,
+        /** The sidecar has no {@code /v1/release} (404): handover is not supported; carry on. */
+        NOT_SUPPORTED
+    }
+
+    /**
+     * Tell the sidecar this pod now holds exactly the queues of {@code generation} of {@code group}:
+     * queues it lost are no longer fetched, their in-flight work is finished or abandoned, and
+     * their offsets are committed ({@code POST /v1/release}).
+     */
+    public Release release(String group, long generation) throws SidecarException {
+        String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation + "}";
+        try {
+            post("/v1/release", body);
+            return Release.ACKNOWLEDGED;
+        } catch (SidecarException e) {
+            if (e.status() == 404) {
+                return Release.NOT_SUPPORTED;
+            }
+            throw e;
+        }
+    }
+
+    private Map<String, Object> get(String path, Duration timeout) throws SidecarException {
+        HttpRequest request = HttpRequest.newBuilder(base.resolve(path)).timeout(timeout).GET().build();
+        return send(request, "GET " + path);
+    }
+
+    private Map<String, Object> post(String path, String body) throws SidecarException {
+        HttpRequest request = HttpRequest.newBuilder(base.resolve(path))
+            .timeout(requestTimeout)
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(body, StandardCharsets.UTF_8))
+            .build();
+        return send(request, "POST " + path);
+    }
+
+    private Map<String, Object> send(HttpRequest request, String what) throws SidecarException {
+        HttpResponse<String> response;
+        try {
+            response = http.send(request, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+        } catch (IOException e) {
+            throw new SidecarException(0, what + ": sidecar at " + base + " unreachable: " + e, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new SidecarException(0, what + ": interrupted", e);
+        }
+        Map<String, Object> doc;
+        try {
+            doc = Json.parseObject(response.body());
+        } catch (IllegalArgumentException e) {
+            throw new SidecarException(response.statusCode(),
+                what + ": HTTP " + response.statusCode() + " with a body that is not JSON: "
+                    + Json.abbreviate(response.body()), e);
+        }
+        if (response.statusCode() != 200) {
+            Object error = doc.get("error");
+            throw new SidecarException(response.statusCode(),
+                what + ": HTTP " + response.statusCode() + ": " + (error != null ? error : doc), null);
+        }
+        return doc;
+    }
+
+    private static String groupQuery(String group, char sep) {
+        return group == null ? "" : sep + "group=" + encode(group);
+    }
+
+    private static String encode(String s) {
+        return URLEncoder.encode(s, StandardCharsets.UTF_8).replace("+", "%20");
+    }
+
+    private static void appendField(StringBuilder body, String name, String value) {
+        if (value == null) {
+            return;
+        }
+        if (body.length() > 1) {
+            body.append(',');
+        }
+        body.append(Json.quote(name)).append(':').append(Json.quote(value));
+    }
+}

@@ -1,0 +1,151 @@
+package io.mqbalance.rocketmq;
+
+import java.lang.System.Logger.Level;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.function.Consumer;
+
+/**
+ * Follows the sidecar's long-poll in a daemon thread and keeps the latest answer.
+ *
+ * <p>When the sidecar cannot be reached the last answer stays current (consumers keep their
+ * queues rather than dropping them), the failure is logged once per outage, and the watcher
+ * retries with a backoff of 0.2 s doubling to 5 s.
+ */
+public final class SidecarWatcher implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger(SidecarWatcher.class.getName());
+
+    private final SidecarClient client;
+    private final String group;
+    private final Duration pollTimeout;
+    private final List<Consumer<QueuesView>> listeners = new CopyOnWriteArrayList<>();
+    private final Thread thread;
+    private volatile QueuesView current;
+    private volatile boolean closed;
+    private volatile SidecarException lastError;
+
+    /** {@code group} may be null when the sidecar serves one group only. */
+    public SidecarWatcher(SidecarClient client, String group) {
+        this(client, group, Duration.ofSeconds(30));
+    }
+
+    public SidecarWatcher(SidecarClient client, String group, Duration pollTimeout) {
+        this.client = client;
+        this.group = group;
+        this.pollTimeout = pollTimeout;
+        this.thread = new Thread(this::run, "mqbalance-sidecar-watcher" + (group == null ? "" : "-" + group));
+        this.thread.setDaemon(true);
+    }
+
+    /** Called (in the watcher's thread) with every new generation, the first one included. */
+    public SidecarWatcher onChange(Consumer<QueuesView> listener) {
+        listeners.add(listener);
+        return this;
+    }
+
+    public SidecarWatcher start() {
+        thread.start();
+        return this;
+    }
+
+    /** The latest answer, or null while the sidecar has never answered. */
+    public QueuesView current() {
+        return current;
+    }
+
+    public String group() {
+        return group;
+    }
+
+    public SidecarClient client() {
+        return client;
+    }
+
+    /** The error of the last failed request, or null after a success. */
+    public SidecarException lastError() {
+        return lastError;
+    }
+
+    /**
+     * The current answer, asking the sidecar directly when there is none yet (the watcher may not
+     * have completed its first request); null when the sidecar cannot be reached.
+     */
+    public QueuesView currentOrFetch() {
+        QueuesView view = current;
+        if (view != null) {
+            return view;
+        }
+        try {
+            accept(client.queues(group));
+        } catch (SidecarException e) {
+            lastError = e;
+            LOG.log(Level.WARNING, "sidecar has no answer yet: {0}", e.getMessage());
+        }
+        return current;
+    }
+
+    private void run() {
+        long backoffMs = 200;
+        boolean failing = false;
+        while (!closed) {
+            try {
+                QueuesView view = current;
+                QueuesView next = view == null
+                    ? client.waitForChange(group, -1, pollTimeout)
+                    : client.waitForChange(group, view.generation(), pollTimeout);
+                lastError = null;
+                if (failing) {
+                    LOG.log(Level.INFO, "sidecar {0} answers again (generation {1})", client.baseUri(), next.generation());
+                    failing = false;
+                }
+                backoffMs = 200;
+                accept(next);
+            } catch (SidecarException e) {
+                lastError = e;
+                if (closed) {
+                    return;
+                }
+                if (!failing) {
+                    LOG.log(Level.WARNING, "sidecar request failed, keeping generation {0}: {1}",
+                        current == null ? "none" : current.generation(), e.getMessage());
+                    failing = true;
+                }
+                try {
+                    Thread.sleep(backoffMs);
+                } catch (InterruptedException ie) {
+                    return;
+                }
+                backoffMs = Math.min(backoffMs * 2, 5000);
+            } catch (RuntimeException e) {
+                LOG.log(Level.ERROR, "sidecar watcher: unexpected error", e);
+                try {
+                    Thread.sleep(1000);
+                } catch (InterruptedException ie) {
+                    return;
+                }
+            }
+        }
+    }
+
+    private synchronized void accept(QueuesView next) {
+        QueuesView view = current;
+        if (view != null && view.generation() == next.generation() && view.queues().equals(next.queues())) {
+            return;
+        }
+        current = next;
+        for (Consumer<QueuesView> listener : listeners) {
+            try {
+                listener.accept(next);
+            } catch (RuntimeException e) {
+                LOG.log(Level.ERROR, "sidecar watcher listener failed", e);
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        thread.interrupt();
+    }
+}

@@ -1,0 +1,190 @@
+package io.mqbalance.rocketmq;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.function.BooleanSupplier;
+import java.util.function.Supplier;
+import org.apache.rocketmq.common.message.MessageQueue;
+
+/**
+ * The real world the tests run against, started once per JVM by {@code python -m harness.javaenv}:
+ * a RocketMQ NameServer with brokers broker-a and broker-b, a local API server with the Topic
+ * resources, and one sidecar per pod (p0, p1) reading each group's assignment from a file that
+ * {@link #publish} rewrites, as the operator rewrites the ConfigMap.
+ */
+final class TestEnv {
+    static final String PUSH_TOPIC = "it-push";
+    static final String PULL_TOPIC = "it-pull";
+    static final String PRODUCE_TOPIC = "it-produce";
+    static final String GHOST_TOPIC = "it-ghost";
+    static final String PUSH_GROUP = "it-push-group";
+    static final String PULL_GROUP = "it-pull-group";
+    static final int QUEUES = 4;
+
+    private static TestEnv instance;
+
+    final Process process;
+    final String namesrv;
+    final Map<String, String> sidecars;
+    final Map<String, Path> files = new TreeMap<>();
+    final String logs;
+    final String rocketmqLogs;
+
+    @SuppressWarnings("unchecked")
+    private TestEnv() throws IOException {
+        Path repo = Paths.get(System.getProperty("mqbalance.repo", "../..")).toAbsolutePath().normalize();
+        Path python = repo.resolve(".venv/bin/python");
+        List<String> argv = new ArrayList<>(List.of(
+            Files.isExecutable(python) ? python.toString() : "python3", "-m", "harness.javaenv",
+            "--topic", PUSH_TOPIC + ":" + QUEUES, "--topic", PULL_TOPIC + ":" + QUEUES,
+            "--topic", PRODUCE_TOPIC + ":" + QUEUES, "--route-only-topic", GHOST_TOPIC + ":2",
+            "--group", PUSH_GROUP, "--group", PULL_GROUP, "--pods", "p0,p1"));
+        ProcessBuilder builder = new ProcessBuilder(argv).directory(repo.toFile())
+            .redirectError(ProcessBuilder.Redirect.INHERIT);
+        process = builder.start();
+        BufferedReader out = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
+        String line = out.readLine();
+        if (line == null) {
+            throw new IllegalStateException("harness.javaenv exited with " + waitFor(process) + " before it was ready");
+        }
+        Map<String, Object> doc = Json.parseObject(line);
+        namesrv = (String) doc.get("namesrv");
+        sidecars = (Map<String, String>) (Map<?, ?>) doc.get("sidecars");
+        ((Map<String, Object>) doc.get("assignmentFiles")).forEach((g, p) -> files.put(g, Paths.get((String) p)));
+        logs = (String) doc.get("logs");
+        rocketmqLogs = (String) doc.get("rocketmqLogs");
+        Runtime.getRuntime().addShutdownHook(new Thread(this::stop));
+    }
+
+    static synchronized TestEnv get() throws IOException {
+        if (instance == null) {
+            instance = new TestEnv();
+        }
+        return instance;
+    }
+
+    private static int waitFor(Process p) {
+        try {
+            return p.waitFor();
+        } catch (InterruptedException e) {
+            return -1;
+        }
+    }
+
+    void stop() {
+        try {
+            process.getOutputStream().close(); // stdin EOF: the harness stops everything
+            if (!process.waitFor(30, java.util.concurrent.TimeUnit.SECONDS)) {
+                process.destroy();
+            }
+        } catch (IOException | InterruptedException e) {
+            process.destroy();
+        }
+    }
+
+    SidecarClient sidecar(String pod) {
+        return new SidecarClient(sidecars.get(pod));
+    }
+
+    /** A queue of the test topics: {@code q(topic, "broker-a", 0)}. */
+    static MessageQueue q(String topic, String broker, int id) {
+        return new MessageQueue(topic, broker, id);
+    }
+
+    /**
+     * Publish {@code generation} of {@code group}: pod -> queues (one topic per queue's own topic).
+     * Written atomically; the sidecars read the file every 2 s.
+     */
+    void publish(String group, long generation, Map<String, List<MessageQueue>> byPod) throws IOException {
+        StringBuilder topics = new StringBuilder();
+        Map<String, Map<String, Map<String, List<Integer>>>> tree = new TreeMap<>();
+        for (Map.Entry<String, List<MessageQueue>> e : byPod.entrySet()) {
+            for (MessageQueue mq : e.getValue()) {
+                tree.computeIfAbsent(mq.getTopic(), t -> new TreeMap<>())
+                    .computeIfAbsent(e.getKey(), p -> new TreeMap<>())
+                    .computeIfAbsent(mq.getBrokerName(), b -> new ArrayList<>())
+                    .add(mq.getQueueId());
+            }
+        }
+        for (Map.Entry<String, Map<String, Map<String, List<Integer>>>> t : tree.entrySet()) {
+            if (topics.length() > 0) {
+                topics.append(',');
+            }
+            topics.append(Json.quote(t.getKey())).append(":{");
+            boolean firstPod = true;
+            for (String pod : byPod.keySet()) {
+                if (!firstPod) {
+                    topics.append(',');
+                }
+                firstPod = false;
+                topics.append(Json.quote(pod)).append(":{");
+                boolean firstBroker = true;
+                for (Map.Entry<String, List<Integer>> b : t.getValue().getOrDefault(pod, Map.of()).entrySet()) {
+                    if (!firstBroker) {
+                        topics.append(',');
+                    }
+                    firstBroker = false;
+                    topics.append(Json.quote(b.getKey())).append(':').append(b.getValue());
+                }
+                topics.append('}');
+            }
+            topics.append('}');
+        }
+        StringBuilder members = new StringBuilder();
+        for (String pod : byPod.keySet()) {
+            members.append(members.length() > 0 ? "," : "").append(Json.quote(pod)).append(":\"unknown\"");
+        }
+        String doc = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation
+            + ",\"strategy\":\"CONFIG\",\"messageModel\":\"CLUSTERING\",\"computedAt\":"
+            + (System.currentTimeMillis() / 1000.0) + ",\"reason\":\"test\",\"members\":{" + members
+            + "},\"brokerZones\":{},\"topics\":{" + topics + "}}";
+        Path file = files.get(group);
+        Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
+        Files.writeString(tmp, doc);
+        Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    }
+
+    /** Publish, then wait until every pod's sidecar serves the generation. */
+    void publishAndWait(String group, long generation, Map<String, List<MessageQueue>> byPod) throws Exception {
+        publish(group, generation, byPod);
+        for (String pod : sidecars.keySet()) {
+            SidecarClient client = sidecar(pod);
+            await("sidecar " + pod + " serving generation " + generation, Duration.ofSeconds(30),
+                () -> {
+                    try {
+                        return client.queues(group).generation() == generation;
+                    } catch (SidecarException e) {
+                        return false;
+                    }
+                });
+        }
+    }
+
+    static void await(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
+        await(what, timeout, condition, () -> "");
+    }
+
+    /** Poll until {@code condition}; on timeout the message names {@code what} and shows {@code state}. */
+    static void await(String what, Duration timeout, BooleanSupplier condition, Supplier<String> state)
+        throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out after " + timeout.getSeconds() + " s waiting for " + what
+                    + "; " + state.get() + "; logs: " + instance.logs + " and " + instance.rocketmqLogs);
+            }
+            Thread.sleep(50);
+        }
+    }
+}

@@ -1,0 +1,620 @@
+"""End to end with real messages: one workload, several ways of balancing consumers, side by side.
+
+A producer sends keyed messages at a steady rate to a real RocketMQ (each key always to one
+queue). Every variant is one RocketMQ consumer group of Java push consumers (clients/java's
+``E2eConsumer``) consuming the whole topic; all variants run at the same time, against the same
+messages, and go through the same membership script: members join, one is SIGKILLed, one leaves
+cleanly, another joins. Afterwards each variant is scored from what its consumers wrote down:
+
+- lost: messages the broker stored (SEND_OK) that no member of the group ever consumed;
+- duplicates: consumptions beyond the first of the same (broker, queue, offset);
+- longest gap: the longest time any queue went without a consumption while messages kept coming;
+- order violations: a key's message consumed for the first time after a later message of the same key.
+
+Variants (``VARIANTS``):
+
+- ``rocketmq``: plain push consumers, RocketMQ's own client-side rebalance (AVG);
+- ``mqbalance``: the same consumers with ``SidecarPushConsumer``; every member is a pod acted out
+  on the local control plane (``harness.kubelet``) with its own sidecar, and the real operator
+  assigns the queues (STICKY by default).
+
+A variant is a small class: the lead's "mqbalance with handover" is ``MqbalanceVariant`` with
+another ConsumerGroup spec (``group_spec``) and is registered in ``VARIANTS`` under a new name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from kubernetes import client, config
+
+from harness import kubelet
+from harness.cluster import LocalCluster, free_port
+from harness.rocketmq import RocketMQ
+
+REPO = Path(__file__).resolve().parents[1]
+JAVA_MODULE = REPO / "clients" / "java"
+NAMESPACE = "e2e"
+TOPIC = "e2e"
+BROKERS = ("broker-a", "broker-b")
+QUEUES_PER_BROKER = 4
+NODE = "e2e-node"
+_JVM = ("-Xms32m", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+
+
+class E2eError(RuntimeError):
+    """The scenario could not run; the message carries the relevant logs."""
+
+
+# -- Java -------------------------------------------------------------------------------------
+
+
+def java_classpath() -> str:
+    """Compile clients/java (main and test sources) and return the classpath of its programs."""
+    out = JAVA_MODULE / "target" / "test-classpath.txt"
+    if shutil.which("mvn") is None or shutil.which("java") is None:
+        raise E2eError("java and mvn are needed: `make rocketmq` installs them (Debian's JDK 17 and Maven)")
+    argv = [
+        "mvn", "-B", "-q", "-f", str(JAVA_MODULE / "pom.xml"), "test-compile", "dependency:build-classpath",
+        f"-Dmdep.outputFile={out}", "-Dmdep.includeScope=test",
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise E2eError(f"building clients/java failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    deps = out.read_text().strip()
+    target = JAVA_MODULE / "target"
+    return os.pathsep.join([str(target / "classes"), str(target / "test-classes"), deps])
+
+
+class JavaProgram:
+    """One JVM running an e2e program; its output in a log file, 'started' awaited."""
+
+    def __init__(self, classpath: str, main: str, args: Sequence[str], log: Path) -> None:
+        self.argv = ["java", *_JVM, "-cp", classpath, f"-Drocketmq.client.logRoot={log.parent}", main, *args]
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 120.0, attempts: int = 3) -> None:
+        """Start and wait for 'started'. A JVM that exits first is started again: on a loaded
+        machine RocketMQ's client can fail its first NameServer request and give up in start()."""
+        for attempt in range(attempts):
+            with self.log.open("ab") as out:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    # No parent-death signal here: members are started from short-lived pool
+                    # threads, and Linux ties that signal to the starting thread.
+                    start_new_session=True,
+                )
+            deadline = time.monotonic() + timeout
+            while "started" not in self.log.read_text(errors="replace"):
+                if self.proc.poll() is not None:
+                    if attempt + 1 < attempts:
+                        break
+                    raise E2eError(f"{self.log.name}: exited with {self.proc.returncode}:\n{self.tail()}")
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise E2eError(f"{self.log.name} did not start in {timeout:g} s:\n{self.tail()}")
+                time.sleep(0.05)
+            else:
+                return
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook, no offset persisted, the TCP connections closed by the kernel."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def terminate(self, timeout: float = 30.0) -> None:
+        """SIGTERM: the JVM's shutdown hook shuts the client down cleanly."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def close_stdin(self) -> None:
+        if self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def wait(self, timeout: float) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+# -- the world ----------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    """What every variant shares: RocketMQ, the control plane, the operator, the Java classpath."""
+
+    workdir: Path
+    mq: RocketMQ
+    cluster: LocalCluster
+    api: client.ApiClient
+    classpath: str
+    operator: subprocess.Popen[bytes] | None = None
+
+    def consumer(self, group: str, name: str, mode: str, sidecar: str | None = None) -> JavaProgram:
+        args = [
+            "--namesrv", self.mq.namesrv_addr, "--group", group, "--topic", TOPIC, "--mode", mode,
+            "--name", name, "--out", str(self.workdir / f"{group}.{name}.tsv"),
+        ]  # fmt: skip
+        if sidecar is not None:
+            args += ["--sidecar", sidecar]
+        return JavaProgram(
+            self.classpath,
+            "io.mqbalance.rocketmq.e2e.E2eConsumer",
+            args,
+            self.workdir / f"{group}.{name}.log",
+        )
+
+
+@contextlib.contextmanager
+def world(workdir: Path | None = None) -> Iterator[World]:
+    """RocketMQ with the topic, a control plane with the CRDs, a node and the Topic, and the operator."""
+    own = workdir is None
+    path = Path(tempfile.mkdtemp(prefix="mqbalance-e2e-")) if workdir is None else workdir
+    path.mkdir(parents=True, exist_ok=True)
+    classpath = java_classpath()
+    try:
+        with RocketMQ(brokers=BROKERS) as mq, LocalCluster() as cluster:
+            mq.create_topic(TOPIC, QUEUES_PER_BROKER)
+            cluster.kubectl("apply", "-f", str(REPO / "crds"))
+            for crd in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
+                cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            topic = {
+                "apiVersion": "mqbalance.io/v1alpha1",
+                "kind": "Topic",
+                "metadata": {"name": TOPIC, "namespace": NAMESPACE},
+                "spec": {
+                    "topicName": TOPIC,
+                    "brokers": [
+                        {"name": b, "readQueueNums": QUEUES_PER_BROKER, "writeQueueNums": QUEUES_PER_BROKER}
+                        for b in BROKERS
+                    ],
+                },
+            }
+            cluster.kubectl("apply", "-f", "-", input=_json(topic))
+            api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(cluster.kubeconfig)
+            )
+            kubelet.create_node(api, NODE, "zone-a")
+            w = World(path, mq, cluster, api, classpath)
+            w.operator = _start_operator(cluster, path)
+            try:
+                yield w
+            finally:
+                if w.operator.poll() is None:
+                    w.operator.terminate()
+                    w.operator.wait(30)
+                api.close()  # type: ignore[no-untyped-call]
+    finally:
+        if own and not os.environ.get("MQBALANCE_KEEP_LOGS"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _json(doc: Any) -> str:
+    return json.dumps(doc)
+
+
+def _start_operator(cluster: LocalCluster, workdir: Path) -> subprocess.Popen[bytes]:
+    port = free_port()
+    argv = [sys.executable, "-m", "mqbalance", "operator", "--namespace", NAMESPACE]
+    argv += ["--metrics-host", "127.0.0.1", "--metrics-port", str(port), "--log-level", "WARNING"]
+    argv += ["--journal", str(workdir / "journal.jsonl")]
+    env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    with (workdir / "operator.log").open("ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    _wait(
+        f"the operator's /healthz (log {workdir / 'operator.log'})",
+        lambda: _http_ok(port, "/healthz", proc),
+        120,
+    )
+    return proc
+
+
+def _http_ok(port: int, path: str, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    if proc is not None and proc.poll() is not None:
+        raise E2eError(f"process exited with {proc.returncode}")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return bool(r.status == 200)
+    except urllib.error.HTTPError:
+        return False
+    except OSError:
+        return False
+
+
+def _wait(what: str, probe: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise E2eError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+# -- variants -----------------------------------------------------------------------------------
+
+
+class Variant:
+    """One way of balancing the group's consumers; members are numbered 0, 1, 2..."""
+
+    name: ClassVar[str]
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.group = f"e2e-{self.name}"
+
+    def setup(self) -> None:
+        """Before the first member starts."""
+
+    def join(self, i: int) -> None:
+        raise NotImplementedError
+
+    def kill(self, i: int) -> None:
+        raise NotImplementedError
+
+    def leave(self, i: int) -> None:
+        raise NotImplementedError
+
+    def stop_all(self) -> None:
+        raise NotImplementedError
+
+
+class RocketMQVariant(Variant):
+    """Plain push consumers: RocketMQ's own client-side rebalance, AVG."""
+
+    name = "rocketmq"
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        self.members: dict[int, JavaProgram] = {}
+
+    def join(self, i: int) -> None:
+        program = self.world.consumer(self.group, f"c{i}", "rocketmq")
+        program.start()
+        self.members[i] = program
+
+    def kill(self, i: int) -> None:
+        self.members.pop(i).kill()
+
+    def leave(self, i: int) -> None:
+        self.members.pop(i).terminate()
+
+    def stop_all(self) -> None:
+        for i in list(self.members):
+            self.leave(i)
+
+
+@dataclass
+class _Pod:
+    name: str
+    sidecar: subprocess.Popen[bytes]
+    consumer: JavaProgram
+
+
+class MqbalanceVariant(Variant):
+    """Push consumers with SidecarPushConsumer; pods on the local control plane, the operator assigns."""
+
+    name = "mqbalance"
+    kubelet_notice_seconds: ClassVar[float] = 1.0
+    """How long a kubelet takes to see a killed container (PLEG relist) and turn the pod not Ready."""
+
+    def group_spec(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "topics": [TOPIC],
+            "selector": {"matchLabels": {"app": self.group}},
+            "messageModel": "CLUSTERING",
+            "strategy": {"name": "STICKY"},
+            "debounceSeconds": 0,
+        }
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        self.pods: dict[int, _Pod] = {}
+
+    def setup(self) -> None:
+        doc = {
+            "apiVersion": "mqbalance.io/v1alpha1",
+            "kind": "ConsumerGroup",
+            "metadata": {"name": self.group, "namespace": NAMESPACE},
+            "spec": self.group_spec(),
+        }
+        self.world.cluster.kubectl("apply", "-f", "-", input=_json(doc))
+
+    def join(self, i: int) -> None:
+        name = f"{self.group}-{i}"
+        kubelet.create_pod(self.world.api, NAMESPACE, name, {"app": self.group}, NODE)
+        port = free_port()
+        argv = [sys.executable, "-m", "mqbalance", "sidecar", "--pod-name", name, "--namespace", NAMESPACE]
+        argv += ["--group", self.group, "--port", str(port), "--metrics-port", "0", "--no-topics"]
+        argv += ["--kubeconfig", str(self.world.cluster.kubeconfig)]
+        env = {**self.world.cluster.env, "MQBALANCE_LOG_LEVEL": "WARNING"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        with (self.world.workdir / f"sidecar-{name}.log").open("ab") as log:
+            sidecar = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        _wait(f"sidecar of {name}", lambda: _listening(port, sidecar), 60)
+        consumer = self.world.consumer(self.group, name, "mqbalance", f"http://127.0.0.1:{port}")
+        consumer.start()
+        # The container is up: its readiness probe passes and the kubelet reports it Ready.
+        kubelet.set_pod_ready(self.world.api, NAMESPACE, name, True)
+        self.pods[i] = _Pod(name, sidecar, consumer)
+
+    def kill(self, i: int) -> None:
+        pod = self.pods.pop(i)
+        pod.consumer.kill()
+        time.sleep(self.kubelet_notice_seconds)
+        kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, False)
+        _stop(pod.sidecar)
+        kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
+
+    def leave(self, i: int) -> None:
+        # A deleted pod is terminating at once (the operator drops it) and gets SIGTERM.
+        pod = self.pods.pop(i)
+        kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
+        pod.consumer.terminate()
+        _stop(pod.sidecar)
+
+    def stop_all(self) -> None:
+        for i in list(self.pods):
+            self.leave(i)
+
+
+def _listening(port: int, proc: subprocess.Popen[bytes]) -> bool:
+    if proc.poll() is not None:
+        raise E2eError(f"sidecar exited with {proc.returncode}")
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+VARIANTS: dict[str, type[Variant]] = {"rocketmq": RocketMQVariant, "mqbalance": MqbalanceVariant}
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float
+    """Fraction of the sending time."""
+    action: str
+    """join, kill or leave."""
+    member: int
+
+
+SCRIPT = (
+    Step(0.2, "join", 3),
+    Step(0.4, "kill", 1),
+    Step(0.6, "leave", 0),
+    Step(0.8, "join", 4),
+)
+"""Start with members 0, 1, 2; then a join, a SIGKILL, a clean leave and another join."""
+
+
+@dataclass
+class Score:
+    variant: str
+    produced: int
+    consumed: int
+    lost: int
+    duplicates: int
+    longest_gap_s: float
+    gap_queue: str
+    gap_at_s: float
+    """When the longest gap began, seconds after the producer started."""
+    order_violations: int
+    drained_s: float
+    events: list[str] = field(default_factory=list)
+
+
+def run(
+    w: World,
+    variants: Sequence[str],
+    *,
+    seconds: float = 60.0,
+    rate: int = 200,
+    keys: int = 64,
+    drain_timeout: float = 90.0,
+    script: Sequence[Step] = SCRIPT,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> list[Score]:
+    """One run: every variant at once, the same producer, the same script."""
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(VARIANTS)}")
+    active = [VARIANTS[v](w) for v in variants]
+    produced_file = w.workdir / "produced.tsv"
+    events: list[str] = []
+    producer: JavaProgram | None = None
+    try:
+        for v in active:
+            v.setup()
+        with ThreadPoolExecutor(len(active)) as pool:
+            for future in [pool.submit(v.join, i) for v in active for i in (0, 1, 2)]:
+                future.result()
+        producer = JavaProgram(
+            w.classpath,
+            "io.mqbalance.rocketmq.e2e.E2eProducer",
+            ["--namesrv", w.mq.namesrv_addr, "--topic", TOPIC, "--rate", str(rate), "--keys", str(keys),
+             "--out", str(produced_file)],
+            w.workdir / "producer.log",
+        )  # fmt: skip
+        producer.start()
+        started = time.monotonic()
+        started_epoch_ms = time.time() * 1000
+        log(f"producing {rate}/s for {seconds:g} s; variants {', '.join(variants)}")
+        for step in sorted(script, key=lambda s: s.at):
+            delay = started + step.at * seconds - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            begun = time.monotonic() - started
+            # Every variant at once: a kubelet's delay in one must not shift the other's timeline.
+            with ThreadPoolExecutor(len(active)) as pool:
+                for future in [pool.submit(getattr(v, step.action), step.member) for v in active]:
+                    future.result()
+            event = f"{begun:5.1f}-{time.monotonic() - started:5.1f} s: {step.action} member {step.member}"
+            events.append(event)
+            log(event)
+        time.sleep(max(0.0, started + seconds - time.monotonic()))
+        producer.close_stdin()
+        producer.wait(60)
+        stopped = time.monotonic()
+        produced = _read_produced(produced_file)
+        log(f"produced {len(produced)} messages; draining")
+        scores = []
+        pending = {v.group for v in active}
+        deadline = stopped + drain_timeout
+        drained: dict[str, float] = {}
+        while pending and time.monotonic() < deadline:
+            for group in list(pending):
+                consumed = {(r[1], r[2], r[3]) for r in _read_consumed(w.workdir, group)}
+                if all(key in consumed for key in produced):
+                    drained[group] = time.monotonic() - stopped
+                    pending.discard(group)
+            time.sleep(0.5)
+    finally:
+        if producer is not None:
+            producer.close_stdin()
+            producer.wait(30)
+        for v in active:
+            with contextlib.suppress(Exception):
+                v.stop_all()
+    for v in active:
+        records = _read_consumed(w.workdir, v.group)
+        score = score_variant(v.name, produced, records, started_epoch_ms)
+        score.drained_s = drained.get(v.group, float("nan"))
+        score.events = events
+        scores.append(score)
+    return scores
+
+
+def _read_produced(path: Path) -> dict[tuple[str, int, int], tuple[str, int]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        broker, queue, offset, key, seq = line.split("\t")
+        out[(broker, int(queue), int(offset))] = (key, int(seq))
+    return out
+
+
+Record = tuple[int, str, int, int, str, int, str]
+"""(time ms, broker, queue, offset, key, seq, member)."""
+
+
+def _read_consumed(workdir: Path, group: str) -> list[Record]:
+    records: list[Record] = []
+    for path in workdir.glob(f"{group}.*.tsv"):
+        for line in path.read_text(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) != 7:
+                continue  # a line cut by SIGKILL mid-write
+            at, broker, queue, offset, key, body, member = parts
+            records.append(
+                (int(at), broker, int(queue), int(offset), key, int(body.rsplit(":", 1)[1]), member)
+            )
+    records.sort()
+    return records
+
+
+def score_variant(
+    name: str,
+    produced: dict[tuple[str, int, int], tuple[str, int]],
+    records: Sequence[Record],
+    started_epoch_ms: float,
+) -> Score:
+    seen: dict[tuple[str, int, int], int] = defaultdict(int)
+    for _, broker, queue, offset, *_ in records:
+        seen[(broker, queue, offset)] += 1
+    lost = sum(1 for key in produced if key not in seen)
+    duplicates = sum(n - 1 for key, n in seen.items() if key in produced)
+    # Order: a key's message consumed for the first time after a later one of the same key.
+    highest: dict[str, int] = {}
+    first_done: set[tuple[str, int, int]] = set()
+    violations = 0
+    for _, broker, queue, offset, key, seq, _ in records:
+        ident = (broker, queue, offset)
+        if ident in first_done:
+            continue
+        first_done.add(ident)
+        if key in highest and seq < highest[key]:
+            violations += 1
+        highest[key] = max(highest.get(key, -1), seq)
+    # Gaps: per queue, the longest time between consecutive consumptions (first delivery of each
+    # offset) while the producer was sending; the end of sending closes the last gap only if
+    # the queue still had messages to deliver.
+    by_queue: dict[tuple[str, int], list[int]] = defaultdict(list)
+    first_at: dict[tuple[str, int, int], int] = {}
+    for at, broker, queue, offset, *_ in records:
+        first_at.setdefault((broker, queue, offset), at)
+    for (broker, queue, _), at in first_at.items():
+        by_queue[(broker, queue)].append(at)
+    longest, where, gap_at = 0.0, "-", float("nan")
+    for queue_id, times in by_queue.items():
+        times.sort()
+        for a, b in itertools.pairwise(times):
+            if (b - a) / 1000 > longest:
+                longest, where, gap_at = (
+                    (b - a) / 1000,
+                    f"{queue_id[0]}:{queue_id[1]}",
+                    (a - started_epoch_ms) / 1000,
+                )
+    return Score(
+        variant=name,
+        produced=len(produced),
+        consumed=len(records),
+        lost=lost,
+        duplicates=duplicates,
+        longest_gap_s=longest,
+        gap_queue=where,
+        gap_at_s=gap_at,
+        order_violations=violations,
+        drained_s=float("nan"),
+    )

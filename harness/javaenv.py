@@ -1,0 +1,194 @@
+"""The world the Java client's tests run in: a real RocketMQ, a real API server and real sidecars.
+
+``clients/java`` starts this module once per test run (``python -m harness.javaenv``) and reads
+one JSON line from its stdout::
+
+    {"namesrv": "127.0.0.1:PORT", "brokers": {"broker-a": "127.0.0.1:PORT", ...},
+     "sidecars": {"p0": "http://127.0.0.1:PORT", "p1": ...},
+     "assignmentFiles": {"GROUP": "PATH", ...}, "topics": {"TOPIC": QUEUES_PER_BROKER}}
+
+Every topic exists on both brokers and as a Topic resource (so the sidecars can select queues
+for producers); every group's assignment is read by the sidecars from its file, which the tests
+rewrite to publish a generation, as the operator does with the ConfigMap. Everything stops when
+stdin closes (the JVM exited) or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from types import FrameType
+
+from harness.cluster import LocalCluster, free_port
+from harness.rocketmq import RocketMQ
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "java-it"
+BROKERS = ("broker-a", "broker-b")
+
+
+def topic_resource(topic: str, queues: int) -> dict[str, object]:
+    return {
+        "apiVersion": "mqbalance.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": topic, "namespace": NAMESPACE},
+        "spec": {
+            "topicName": topic,
+            "brokers": [{"name": b, "readQueueNums": queues, "writeQueueNums": queues} for b in BROKERS],
+        },
+    }
+
+
+def empty_document(group: str) -> str:
+    # Generation 0 with no members: sidecars answer isMember=false until a test publishes.
+    return json.dumps(
+        {
+            "group": group,
+            "generation": 0,
+            "strategy": "CONFIG",
+            "messageModel": "CLUSTERING",
+            "computedAt": time.time(),
+            "reason": "initial",
+            "members": {},
+            "brokerZones": {},
+            "topics": {},
+        }
+    )
+
+
+@contextmanager
+def sidecar(
+    pod: str, groups: Sequence[str], files: dict[str, Path], kubeconfig: Path, logs: Path
+) -> Iterator[str]:
+    port = free_port()
+    exe = shutil.which("mqbalance", path=str(Path(sys.executable).parent)) or "mqbalance"
+    argv = [
+        exe,
+        "sidecar",
+        f"--pod-name={pod}",
+        f"--namespace={NAMESPACE}",
+        f"--port={port}",
+        "--metrics-port=0",
+        f"--kubeconfig={kubeconfig}",
+        *(f"--group={g}" for g in groups),
+        *(f"--assignment-file={g}={files[g]}" for g in groups),
+    ]
+    log = (logs / f"sidecar-{pod}.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"sidecar {pod} exited:\n{(logs / f'sidecar-{pod}.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sidecar {pod} not ready in 60 s") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.javaenv", description=__doc__)
+    parser.add_argument("--topic", action="append", default=[], metavar="NAME[:QUEUES]")
+    parser.add_argument(
+        "--route-only-topic",
+        action="append",
+        default=[],
+        metavar="NAME[:QUEUES]",
+        help="a Topic resource only: the sidecars route to it, the brokers do not have it (failed sends)",
+    )
+    parser.add_argument("--group", action="append", default=[])
+    parser.add_argument("--pods", default="p0,p1", help="comma-separated pod names, one sidecar each")
+    args = parser.parse_args(argv)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def stop_on_eof() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=stop_on_eof, daemon=True).start()
+
+    workdir = Path(tempfile.mkdtemp(prefix="mqbalance-javaenv-"))
+    logs = workdir / "logs"
+    logs.mkdir()
+    try:
+        with ExitStack() as stack:
+            mq = stack.enter_context(RocketMQ(brokers=BROKERS))
+            cluster = stack.enter_context(LocalCluster())
+            cluster.kubectl("apply", "-f", str(REPO / "crds"))
+            for crd in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
+                cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            topics: dict[str, int] = {}
+            for spec in args.topic:
+                name, _, queues = spec.partition(":")
+                topics[name] = int(queues or 4)
+                mq.create_topic(name, topics[name])
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(topic_resource(name, topics[name])))
+            for spec in args.route_only_topic:
+                name, _, queues = spec.partition(":")
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(topic_resource(name, int(queues or 4))))
+            files = {}
+            for group in args.group:
+                files[group] = workdir / f"{group}.json"
+                files[group].write_text(empty_document(group))
+            sidecars = {
+                pod: stack.enter_context(sidecar(pod, args.group, files, cluster.kubeconfig, logs))
+                for pod in args.pods.split(",")
+            }
+            print(
+                json.dumps(
+                    {
+                        "namesrv": mq.namesrv_addr,
+                        "brokers": {b: mq.broker_addr(b) for b in BROKERS},
+                        "sidecars": sidecars,
+                        "assignmentFiles": {g: str(p) for g, p in files.items()},
+                        "topics": topics,
+                        "logs": str(logs),
+                        "rocketmqLogs": str(mq.workdir / "logs"),
+                    }
+                ),
+                flush=True,
+            )
+            stop.wait()
+    finally:
+        if os.environ.get("MQBALANCE_KEEP_LOGS"):
+            print(f"logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

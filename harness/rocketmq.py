@@ -1,0 +1,604 @@
+"""A real RocketMQ on loopback: one NameServer and one or more Brokers from Apache's own jars.
+
+The jars are fetched once by ``hack/build-rocketmq.sh`` into the per-user cache
+(``~/.cache/mqbalance/rocketmq-<version>/lib``). Every start gets free ports, small heaps,
+16 MiB commit-log files and a temporary store that is removed on stop. Logs of every process
+are kept in the work directory and shown when something fails.
+
+5.x NameServers and Brokers bind 127.0.0.1 (``bindAddress``); the Broker's HA port (used
+only by slaves) binds the wildcard address, as RocketMQ has no setting for it, and 4.9.x binds
+the wildcard address everywhere. Nothing here ever connects anywhere but 127.0.0.1.
+
+Command line::
+
+    python -m harness.rocketmq up [--version V] [--brokers N] [--topic NAME:QUEUES ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from harness.cluster import _Component, _die_with_parent, cache_dir
+from mqbalance.model import PERM_READ, PERM_READ_WRITE
+from mqbalance.operator.nameserver import NameServerClient, NameServerError, invoke
+from mqbalance.remoting import (
+    ClusterInfo,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    TopicRouteData,
+    encode,
+    frame_length,
+    request,
+)
+
+DEFAULT_VERSION = "5.3.3"
+"""The pinned 5.x release (also in hack/build-rocketmq.sh)."""
+LEGACY_VERSION = "4.9.7"
+"""The 4.x release that Maven Central serves whole (4.9.8's namesrv and broker jars are not there)."""
+
+CLUSTER = "mqbalance"
+_BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-rocketmq.sh"
+
+# RocketMQ reaches into NIO internals (direct buffer cleaning, mmap); JDK 17 needs them opened.
+_ADD_OPENS = (
+    "java.base/java.nio",
+    "java.base/sun.nio.ch",
+    "java.base/java.lang",
+    "java.base/java.util",
+    "java.base/java.lang.reflect",
+)
+_JVM_COMMON = (
+    *(f"--add-opens={m}=ALL-UNNAMED" for m in _ADD_OPENS),
+    "-XX:+UseSerialGC",  # small heaps, two cores: no parallel collector threads
+    "-XX:TieredStopAtLevel=1",  # C1 only: starts faster, plenty for a test broker
+    "-Xss512k",
+    # 5.x creates self-signed certificates for "permissive" TLS at start (about 10 s on a busy
+    # machine); nothing here uses TLS.
+    "-Dtls.server.mode=disabled",
+    "-Drocketmq.client.logUseSlf4j=false",
+)
+
+_LOGBACK = """<?xml version="1.0" encoding="UTF-8"?>
+<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>${rmq.log.file}</file>
+    <append>true</append>
+    <encoder><pattern>%d{HH:mm:ss.SSS} %p %t %c{0} - %m%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+
+T = TypeVar("T")
+
+
+class RocketMQError(RuntimeError):
+    """RocketMQ could not be fetched, started or reached; the message carries the logs."""
+
+
+def home(version: str = DEFAULT_VERSION) -> Path:
+    return cache_dir() / f"rocketmq-{version}"
+
+
+def lib_dir(version: str = DEFAULT_VERSION) -> Path:
+    return home(version) / "lib"
+
+
+def jars_present(version: str = DEFAULT_VERSION) -> bool:
+    lib = lib_dir(version)
+    return (home(version) / ".stamp").is_file() and (lib / f"rocketmq-broker-{version}.jar").is_file()
+
+
+def ensure_jars(version: str = DEFAULT_VERSION) -> Path:
+    """The lib dir of ``version``, fetching it first (once, cached) when missing."""
+    if jars_present(version):
+        return lib_dir(version)
+    print(f"fetching RocketMQ {version} with {_BUILD_SCRIPT} (once; cached)", file=sys.stderr)
+    result = subprocess.run(["bash", str(_BUILD_SCRIPT), version], stdout=subprocess.PIPE, check=False)
+    if result.returncode != 0 or not jars_present(version):
+        raise RocketMQError(f"{_BUILD_SCRIPT} {version} failed with exit code {result.returncode}")
+    return lib_dir(version)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port_block(offsets: Sequence[int]) -> int:
+    """A port P with P+offset free for every offset (a broker also uses P-2 and P+1)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = int(sock.getsockname()[1])
+        if base - 2 > 1024 and base + 2 < 65535 and all(_port_free(base + o) for o in offsets):
+            return base
+    raise RocketMQError("no block of free ports on 127.0.0.1")
+
+
+class _PortTaken(Exception):
+    """A server lost the race for a port picked free (other test runs start servers too)."""
+
+    def __init__(self, proc: _Component) -> None:
+        super().__init__(proc.name)
+        self.proc = proc
+
+
+class _JavaProcess(_Component):
+    """A RocketMQ server JVM; its console output is its own log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
+        super().__init__(name, argv, log_path)
+        self.env = env
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                # SIGTERM when the starting thread dies, even by SIGKILL: no JVM left behind. Start
+                # RocketMQ from a thread that outlives it (normally the main thread).
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+
+class RocketMQ:
+    """NameServer + Brokers of one RocketMQ release on 127.0.0.1.
+
+    Use as a context manager. ``brokers`` names the broker groups (one master each).
+    """
+
+    def __init__(
+        self,
+        version: str = DEFAULT_VERSION,
+        *,
+        brokers: Sequence[str] = ("broker-a",),
+        workdir: str | os.PathLike[str] | None = None,
+        namesrv_heap_mb: int = 96,
+        broker_heap_mb: int = 256,
+        ready_timeout: float = 120.0,
+        broker_config: dict[str, str] | None = None,
+    ) -> None:
+        if not brokers:
+            raise ValueError("at least one broker name is needed")
+        self.version = version
+        self.broker_names = tuple(brokers)
+        self._own_workdir = workdir is None
+        self._workdir = Path(workdir) if workdir is not None else None
+        self.namesrv_heap_mb = namesrv_heap_mb
+        self.broker_heap_mb = broker_heap_mb
+        self.ready_timeout = ready_timeout
+        self.broker_config = dict(broker_config or {})
+        self.namesrv_port = 0
+        self.broker_ports: dict[str, int] = {}
+        self._namesrv: _JavaProcess | None = None
+        self._brokers: dict[str, _JavaProcess] = {}
+        self._lock = threading.RLock()
+        self.started_in = 0.0
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise RocketMQError("RocketMQ not started")
+        return self._workdir
+
+    @property
+    def namesrv_addr(self) -> str:
+        """``127.0.0.1:PORT``, what clients call ``namesrvAddr``."""
+        if not self.namesrv_port:
+            raise RocketMQError("RocketMQ not started")
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    def broker_addr(self, name: str) -> str:
+        return f"127.0.0.1:{self.broker_ports[name]}"
+
+    @property
+    def is_5x(self) -> bool:
+        return int(self.version.split(".")[0]) >= 5
+
+    @property
+    def pids(self) -> dict[str, int]:
+        procs = {"namesrv": self._namesrv, **{f"broker {n}": p for n, p in self._brokers.items()}}
+        return {name: p.proc.pid for name, p in procs.items() if p is not None and p.proc is not None}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        with self._lock:
+            if self._namesrv is not None:
+                return self
+            started = time.monotonic()
+            lib = ensure_jars(self.version)
+            try:
+                self._prepare(lib)
+                self._with_fresh_ports(self._start_namesrv)
+                for name in self.broker_names:
+                    self._start_broker(name)
+                self._with_fresh_ports(self._wait_registered)
+            except BaseException:
+                self.stop()
+                raise
+            self.started_in = time.monotonic() - started
+            return self
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop every process (SIGKILL by default: the store is thrown away, and a broker's
+        graceful shutdown takes up to 20 s)."""
+        with self._lock:
+            for proc in [*self._brokers.values(), self._namesrv]:
+                if proc is not None:
+                    proc.stop(grace)
+            self._brokers = {}
+            self._namesrv = None
+            if self._own_workdir and self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+
+    def kill_broker(self, name: str) -> None:
+        """SIGKILL one broker (its queues become unreachable; the NameServer drops it later)."""
+        proc = self._brokers.pop(name)
+        proc.stop(0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- helpers for callers -----------------------------------------------------------------
+
+    def create_topic(
+        self,
+        topic: str,
+        queues: int = 4,
+        *,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: int = PERM_READ_WRITE,
+        brokers: Sequence[str] | None = None,
+        order: bool = False,
+    ) -> TopicRouteData:
+        """Create (or update) ``topic`` on ``brokers`` (default: all), wait for the NameServer
+        to serve the new route, and return that route."""
+        read = queues if read_queues is None else read_queues
+        write = queues if write_queues is None else write_queues
+        names = tuple(brokers or self.broker_names)
+        fields = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": read,
+            "writeQueueNums": write,
+            "perm": perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": order,
+        }
+        for name in names:
+            response = self._run(
+                invoke(self.broker_addr(name), request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, fields))
+            )
+            if response.code != ResponseCode.SUCCESS:
+                refusal = f"code {response.code}: {response.remark}"
+                raise RocketMQError(f"broker {name} refused topic {topic!r}: {refusal}\n{self.logs()}")
+
+        def served() -> TopicRouteData | None:
+            try:
+                route = self.route(topic)
+            except NameServerError:
+                return None
+            got = {q.broker_name: (q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas}
+            return route if all(got.get(n) == (read, write, perm) for n in names) else None
+
+        return self._wait_for(f"route of {topic!r} on the NameServer", served)
+
+    def route(self, topic: str) -> TopicRouteData:
+        return self._run(NameServerClient(self.namesrv_addr).topic_route(topic))
+
+    def cluster_info(self) -> ClusterInfo:
+        return self._run(NameServerClient(self.namesrv_addr).cluster_info())
+
+    def invoke(self, address: str, command: RemotingCommand) -> RemotingCommand:
+        return self._run(invoke(address, command))
+
+    def mqadmin(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """RocketMQ's own admin tool of this release, against this NameServer (``-n`` added)."""
+        argv = [
+            *self._java(128, "tools"),
+            "org.apache.rocketmq.tools.command.MQAdminStartup",
+            args[0],
+            "-n",
+            self.namesrv_addr,
+            *args[1:],
+        ]
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=self._env(), check=False
+        )
+        if result.returncode != 0:
+            raise RocketMQError(
+                f"mqadmin {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
+            )
+        return result
+
+    def logs(self, lines: int = 30) -> str:
+        parts = []
+        procs = [("namesrv", self._namesrv), *self._brokers.items()]
+        for name, proc in procs:
+            if proc is None:
+                continue
+            parts.append(f"--- {name} console ({proc.log_path}) ---\n{proc.tail(lines)}")
+            server_log = proc.log_path.with_suffix(".log")
+            if server_log.is_file():
+                tail = "\n".join(server_log.read_text(errors="replace").splitlines()[-lines:])
+                parts.append(f"--- {name} log ({server_log}) ---\n{tail}")
+        return "\n".join(parts)
+
+    @property
+    def classpath(self) -> str:
+        """Our logging configuration first, then the release's jars."""
+        return f"{self.workdir / 'conf'}{os.pathsep}{lib_dir(self.version) / '*'}"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run(coro)
+
+    def _prepare(self, lib: Path) -> None:
+        if self._workdir is None:
+            root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+            self._workdir = Path(tempfile.mkdtemp(prefix="mqbalance-rocketmq-", dir=root))
+        conf = self.workdir / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        # 5.x looks up rmq.logback.xml on the classpath first; 4.x reads conf/logback_*.xml
+        # under ROCKETMQ_HOME. Either way everything goes to the file named by rmq.log.file.
+        (conf / "rmq.logback.xml").write_text(_LOGBACK)
+        for name in ("logback_namesrv.xml", "logback_broker.xml", "logback_tools.xml"):
+            (conf / name).write_text(_LOGBACK)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+
+    def _env(self) -> dict[str, str]:
+        # ROCKETMQ_HOME only locates conf/; user.home (set below) keeps ~/logs and ~/store
+        # defaults inside the work directory.
+        return {**os.environ, "ROCKETMQ_HOME": str(self.workdir)}
+
+    def _java(self, heap_mb: int, log_name: str) -> list[str]:
+        return [
+            "java",
+            f"-Xms{min(64, heap_mb)}m",
+            f"-Xmx{heap_mb}m",
+            f"-XX:MaxDirectMemorySize={heap_mb}m",
+            *_JVM_COMMON,
+            f"-Duser.home={self.workdir}",
+            f"-Drmq.log.file={self.workdir / 'logs' / (log_name + '.log')}",
+            "-cp",
+            self.classpath,
+        ]
+
+    def _start_namesrv(self) -> None:
+        self.namesrv_port = _free_port_block((0,))
+        conf = self.workdir / "namesrv.conf"
+        lines = [f"listenPort={self.namesrv_port}"]
+        if self.is_5x:
+            lines.append("bindAddress=127.0.0.1")
+        conf.write_text("\n".join(lines) + "\n")
+        argv = [
+            *self._java(self.namesrv_heap_mb, "namesrv"),
+            "org.apache.rocketmq.namesrv.NamesrvStartup",
+            "-c",
+            str(conf),
+        ]
+        self._namesrv = _JavaProcess("namesrv", argv, self.workdir / "logs" / "namesrv.out", self._env())
+        self._namesrv.start()
+        self._wait_for("NameServer", self._cluster_info_or_none, self._namesrv)
+
+    def _start_broker(self, name: str) -> None:
+        port = _free_port_block((-2, 0, 1))  # fast remoting port, remoting port, HA port
+        self.broker_ports[name] = port
+        store = self.workdir / "store" / name
+        settings = {
+            "brokerClusterName": CLUSTER,
+            "brokerName": name,
+            "brokerId": "0",
+            "namesrvAddr": self.namesrv_addr,
+            "listenPort": str(port),
+            "haListenPort": str(port + 1),
+            "brokerIP1": "127.0.0.1",
+            "storePathRootDir": str(store),
+            "storePathCommitLog": str(store / "commitlog"),
+            "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
+            "mappedFileSizeConsumeQueue": str(20 * 6000),  # 6,000 entries of 20 bytes
+            "flushDiskType": "ASYNC_FLUSH",
+            "autoCreateTopicEnable": "false",
+            "autoCreateSubscriptionGroup": "true",
+            "deleteWhen": "04",
+            "diskMaxUsedSpaceRatio": "95",
+            **({"bindAddress": "127.0.0.1", "timerWheelEnable": "false"} if self.is_5x else {}),
+            **self.broker_config,
+        }
+        conf = self.workdir / f"broker-{name}.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        argv = [
+            *self._java(self.broker_heap_mb, f"broker-{name}"),
+            "org.apache.rocketmq.broker.BrokerStartup",
+            "-c",
+            str(conf),
+        ]
+        proc = _JavaProcess(f"broker {name}", argv, self.workdir / "logs" / f"broker-{name}.out", self._env())
+        self._brokers[name] = proc
+        proc.start()
+
+    def _with_fresh_ports(self, step: Callable[[], object], attempts: int = 3) -> None:
+        """Run ``step``; a server that lost its port is started again on new ones."""
+        for attempt in range(attempts):
+            try:
+                step()
+                return
+            except _PortTaken as taken:
+                if attempt == attempts - 1:
+                    raise RocketMQError(
+                        f"{taken.proc.name}: ports taken {attempts} times:\n{self.logs()}"
+                    ) from None
+                taken.proc.stop(0)
+                if taken.proc is self._namesrv:
+                    continue  # _start_namesrv picks new ports
+                name = next(n for n, p in self._brokers.items() if p is taken.proc)
+                self._start_broker(name)
+
+    def _cluster_info_or_none(self) -> ClusterInfo | None:
+        try:
+            return self.cluster_info()
+        except NameServerError:
+            return None
+
+    def _wait_registered(self) -> None:
+        def all_registered() -> ClusterInfo | None:
+            info = self._cluster_info_or_none()
+            if info is None:
+                return None
+            registered = all(
+                (b := info.brokers.get(n)) is not None and b.master_address == self.broker_addr(n)
+                for n in self.broker_names
+            )
+            return info if registered else None
+
+        self._wait_for(f"brokers {', '.join(self.broker_names)} to register", all_registered)
+
+    def _wait_for(self, what: str, probe: Callable[[], T | None], proc: _JavaProcess | None = None) -> T:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            for p in [self._namesrv, *self._brokers.values(), proc]:
+                if p is not None and not p.running():
+                    if "Address already in use" in p.tail(200):
+                        raise _PortTaken(p)
+                    raise RocketMQError(f"{p.name} exited while waiting for {what}:\n{self.logs()}")
+            result = probe()
+            if result is not None:
+                return result
+            time.sleep(0.1)
+        raise RocketMQError(f"timed out after {self.ready_timeout:.0f} s waiting for {what}:\n{self.logs()}")
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    brokers = [f"broker-{chr(ord('a') + i)}" for i in range(args.brokers)]
+    with RocketMQ(args.version, brokers=brokers, workdir=args.dir) as mq:
+        print(
+            f"# RocketMQ {args.version} ready in {mq.started_in:.1f} s; logs in {mq.workdir / 'logs'}",
+            file=sys.stderr,
+        )
+        for spec in args.topic:
+            topic, _, queues = spec.partition(":")
+            mq.create_topic(topic, int(queues or 4))
+            print(f"# topic {topic}: {queues or 4} queues on each broker", file=sys.stderr)
+        print(f"export NAMESRV_ADDR={mq.namesrv_addr}", flush=True)
+        print("# press Ctrl-C to stop", file=sys.stderr, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(1)
+    return 0
+
+
+def raw_exchange(address: str, command: RemotingCommand, timeout: float = 5.0) -> bytes:
+    """Send one request and return the response frame exactly as the server wrote it."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(encode(command))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + frame_length(data[:4]):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RocketMQError(f"{address} closed the connection after {len(data)} bytes")
+            data += chunk
+    return data
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    """Write response frames of a real NameServer to files, for the codec's unit tests."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    with RocketMQ(args.version, brokers=("broker-a", "broker-b")) as mq:
+        mq.create_topic("orders", read_queues=8, write_queues=4, brokers=["broker-a"])
+        mq.create_topic("orders", 2, perm=PERM_READ, brokers=["broker-b"])
+        exchanges = {
+            "route-orders": request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1, {"topic": "orders"}),
+            # A client older than 4.9.4 gets fastjson's bare integer keys.
+            "route-orders-old-client": replace(
+                request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 2, {"topic": "orders"}), version=0
+            ),
+            "route-missing": request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 3, {"topic": "missing"}),
+            "cluster-info": request(RequestCode.GET_BROKER_CLUSTER_INFO, 4),
+        }
+        for name, command in exchanges.items():
+            path = out / f"{args.version}-{name}.bin"
+            path.write_bytes(raw_exchange(mq.namesrv_addr, command))
+            print(path)
+        (out / f"{args.version}-ports.json").write_text(
+            json.dumps({"namesrv": mq.namesrv_port, **mq.broker_ports}, sort_keys=True) + "\n"
+        )
+    return 0
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    print(ensure_jars(args.version))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.rocketmq", description="A real local RocketMQ.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser(
+        "up", help="start NameServer + brokers, print `export NAMESRV_ADDR=...`, wait for Ctrl-C"
+    )
+    up.add_argument("--version", default=DEFAULT_VERSION)
+    up.add_argument("--brokers", type=int, default=1)
+    up.add_argument("--topic", action="append", default=[], metavar="NAME[:QUEUES]")
+    up.add_argument("--dir", type=Path, default=None, help="keep configuration, store and logs here")
+    up.set_defaults(func=_cmd_up)
+    fetch = sub.add_parser("fetch", help="fetch or reuse the jars; print their directory")
+    fetch.add_argument("--version", default=DEFAULT_VERSION)
+    fetch.set_defaults(func=_cmd_fetch)
+    capture = sub.add_parser("capture", help="write a real NameServer's response frames (codec fixtures)")
+    capture.add_argument("--version", default=DEFAULT_VERSION)
+    capture.add_argument("out", type=Path)
+    capture.set_defaults(func=_cmd_capture)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RocketMQError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

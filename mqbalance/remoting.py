@@ -1,0 +1,433 @@
+"""RocketMQ's remoting protocol: frames, commands and the route a NameServer answers with.
+
+Pure code, no I/O: bytes in, values out (the asyncio client is
+:mod:`mqbalance.operator.nameserver`). Everything here follows RocketMQ's own classes
+(``org.apache.rocketmq.remoting.protocol.RemotingCommand``, ``TopicRouteData``), 4.x and 5.x
+alike.
+
+A frame is::
+
+    int32 length            bytes that follow: 4 + header length + body length
+    int32 type_and_length   serialize type in the high byte, header length in the low 3 bytes
+    header                  JSON (type 0) or RocketMQ's binary header (type 1)
+    body                    the rest
+
+Bodies are written by fastjson. Before RocketMQ 4.9.4 (and for clients that announce an older
+version) a NameServer writes non-standard JSON: maps keyed by integers keep their keys
+unquoted (``"brokerAddrs":{0:"127.0.0.1:10911"}``). :func:`parse_fastjson` reads both.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqbalance.model import PERM_READ, PERM_WRITE, Broker, TopicRoute
+
+
+class RequestCode(enum.IntEnum):
+    """Request codes (org.apache.rocketmq.remoting.protocol.RequestCode) used here."""
+
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+
+
+class ResponseCode(enum.IntEnum):
+    """Response codes (ResponseCode / RemotingSysResponseCode) a client must tell apart."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TOPIC_NOT_EXIST = 17
+    NO_PERMISSION = 16
+
+
+class SerializeType(enum.IntEnum):
+    JSON = 0
+    ROCKETMQ = 1
+
+
+FLAG_RESPONSE = 1
+"""RemotingCommand's RPC_TYPE bit: set on responses."""
+FLAG_ONEWAY = 2
+
+MAX_FRAME = 16 * 1024 * 1024
+"""RocketMQ's default ``com.rocketmq.remoting.frameMaxLength``; longer frames are refused."""
+
+VERSION_5_3_3 = 479
+"""MQVersion.Version.V5_3_3.ordinal(): the version this client announces. Any version from
+V4_9_4 (401) on makes a NameServer answer with standard JSON."""
+
+_LANGUAGES = (
+    "JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP", "OMS",
+    "RUST", "NODE_JS",
+)  # fmt: skip
+"""LanguageCode in declaration order: the binary header carries the ordinal."""
+
+
+class FrameError(ValueError):
+    """Bytes that are not a RocketMQ remoting frame (or a body that is not what it should be)."""
+
+
+@dataclass(frozen=True)
+class RemotingCommand:
+    """One request or response (RocketMQ's RemotingCommand)."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    ext_fields: Mapping[str, str] = field(default_factory=dict)
+    remark: str | None = None
+    body: bytes = b""
+    language: str = "PYTHON"
+    version: int = VERSION_5_3_3
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+
+def request(code: int, opaque: int, ext_fields: Mapping[str, object] | None = None) -> RemotingCommand:
+    """A request command; field values are sent as strings, as RocketMQ's headers are."""
+    fields = {k: _field_text(v) for k, v in (ext_fields or {}).items() if v is not None}
+    return RemotingCommand(code=int(code), opaque=opaque, ext_fields=fields)
+
+
+def _field_text(value: object) -> str:
+    if isinstance(value, bool):  # Java's Boolean.toString
+        return "true" if value else "false"
+    return str(value)
+
+
+def encode(command: RemotingCommand) -> bytes:
+    """The frame for ``command``, header in its serialize type."""
+    if command.serialize_type == SerializeType.JSON:
+        header = _encode_json_header(command)
+    else:
+        header = _encode_binary_header(command)
+    if len(header) > 0xFFFFFF:
+        raise FrameError(f"header of {len(header)} bytes does not fit the 24-bit length field")
+    length = 4 + len(header) + len(command.body)
+    if length > MAX_FRAME:
+        raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
+    return (
+        struct.pack(">iI", length, (int(command.serialize_type) << 24) | len(header)) + header + command.body
+    )
+
+
+def _encode_json_header(command: RemotingCommand) -> bytes:
+    document: dict[str, Any] = {
+        "code": command.code,
+        "flag": command.flag,
+        "language": command.language,
+        "opaque": command.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": command.version,
+    }
+    if command.ext_fields:
+        document["extFields"] = dict(command.ext_fields)
+    if command.remark is not None:
+        document["remark"] = command.remark
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _encode_binary_header(command: RemotingCommand) -> bytes:
+    language = (
+        _LANGUAGES.index(command.language) if command.language in _LANGUAGES else _LANGUAGES.index("OTHER")
+    )
+    remark = (command.remark or "").encode()
+    ext = b"".join(
+        struct.pack(">H", len(k.encode())) + k.encode() + struct.pack(">i", len(v.encode())) + v.encode()
+        for k, v in command.ext_fields.items()
+    )
+    return (
+        struct.pack(">hBhii", command.code, language, command.version, command.opaque, command.flag)
+        + struct.pack(">i", len(remark))
+        + remark
+        + struct.pack(">i", len(ext))
+        + ext
+    )
+
+
+def frame_length(prefix: bytes) -> int:
+    """Bytes that follow a frame's 4-byte length prefix; checked against :data:`MAX_FRAME`."""
+    if len(prefix) != 4:
+        raise FrameError(f"a frame starts with a 4-byte length, got {len(prefix)} bytes")
+    (length,) = struct.unpack(">i", prefix)
+    if length < 4 or length > MAX_FRAME:
+        raise FrameError(f"frame length {length} outside 4..{MAX_FRAME}: not a RocketMQ remoting peer?")
+    return int(length)
+
+
+def decode(frame: bytes) -> RemotingCommand:
+    """One whole frame (with its length prefix) to a command."""
+    length = frame_length(frame[:4])
+    if len(frame) != 4 + length:
+        raise FrameError(f"frame announces {length} bytes after its prefix but {len(frame) - 4} follow")
+    return decode_payload(frame[4:])
+
+
+def decode_payload(payload: bytes) -> RemotingCommand:
+    """A frame without its length prefix (what a stream reader hands over) to a command."""
+    (type_and_length,) = struct.unpack(">I", payload[:4])
+    serialize = type_and_length >> 24
+    header_length = type_and_length & 0xFFFFFF
+    if 4 + header_length > len(payload):
+        raise FrameError(f"header length {header_length} exceeds the frame ({len(payload) - 4} bytes)")
+    header = payload[4 : 4 + header_length]
+    body = payload[4 + header_length :]
+    if serialize == SerializeType.JSON:
+        return _decode_json_header(header, body)
+    if serialize == SerializeType.ROCKETMQ:
+        return _decode_binary_header(header, body)
+    raise FrameError(f"unknown serialize type {serialize} (0 is JSON, 1 is RocketMQ's binary header)")
+
+
+def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        document = json.loads(header)
+    except ValueError as exc:
+        raise FrameError(f"header is not JSON: {exc}: {header[:200]!r}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("code"), int):
+        raise FrameError(f"header has no integer code: {header[:200]!r}")
+    ext = document.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise FrameError(f"extFields is not an object: {header[:200]!r}")
+    return RemotingCommand(
+        code=document["code"],
+        opaque=int(document.get("opaque", 0)),
+        flag=int(document.get("flag", 0)),
+        ext_fields={str(k): str(v) for k, v in ext.items()},
+        remark=document.get("remark"),
+        body=body,
+        language=str(document.get("language", "JAVA")),
+        version=int(document.get("version", 0)),
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        code, language, version, opaque, flag = struct.unpack_from(">hBhii", header, 0)
+        pos = 13
+        (remark_length,) = struct.unpack_from(">i", header, pos)
+        pos += 4
+        remark = header[pos : pos + remark_length].decode() if remark_length > 0 else None
+        pos += max(remark_length, 0)
+        (ext_length,) = struct.unpack_from(">i", header, pos)
+        pos += 4
+        end = pos + ext_length
+        ext: dict[str, str] = {}
+        while pos < end:
+            (key_length,) = struct.unpack_from(">H", header, pos)
+            pos += 2
+            key = header[pos : pos + key_length].decode()
+            pos += key_length
+            (value_length,) = struct.unpack_from(">i", header, pos)
+            pos += 4
+            ext[key] = header[pos : pos + value_length].decode()
+            pos += value_length
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise FrameError(f"malformed RocketMQ binary header: {exc}") from None
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        ext_fields=ext,
+        remark=remark,
+        body=body,
+        language=_LANGUAGES[language] if language < len(_LANGUAGES) else "OTHER",
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+# -- fastjson bodies ----------------------------------------------------------------------------
+
+
+def parse_fastjson(data: bytes | str) -> Any:
+    """Parse a body written by fastjson, standard JSON or not.
+
+    fastjson leaves integer map keys unquoted (``{0:"addr"}``) unless told otherwise; they are
+    quoted here before parsing, outside string literals only.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return json.loads("".join(_quote_bare_keys(text)))
+    except ValueError as exc:
+        raise FrameError(f"body is not JSON, even as fastjson writes it: {exc}: {text[:200]!r}") from None
+
+
+def _quote_bare_keys(text: str) -> Iterator[str]:
+    i, n = 0, len(text)
+    expect_key = False  # just after '{' or ',' (a key may follow inside an object)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            yield text[i : j + 1]
+            i = j + 1
+            expect_key = False
+            continue
+        if expect_key and (c == "-" or c.isdigit()):
+            j = i + 1
+            while j < n and (text[j].isdigit() or text[j] in ".eE+-"):
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            token = text[i:j]
+            yield f'"{token}"' if k < n and text[k] == ":" else token
+            i = j
+            expect_key = False
+            continue
+        if c in "{,":
+            expect_key = True
+        elif c not in " \t\r\n":
+            expect_key = False
+        yield c
+        i += 1
+
+
+# -- routes -------------------------------------------------------------------------------------
+
+MASTER_ID = 0
+"""MixAll.MASTER_ID: the brokerAddrs key of a broker group's master."""
+
+
+@dataclass(frozen=True)
+class QueueData:
+    """A broker's queues of one topic (RocketMQ's QueueData)."""
+
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+
+@dataclass(frozen=True)
+class BrokerData:
+    """A broker group: its cluster and the address of each member by broker id (0 is the master)."""
+
+    broker_name: str
+    cluster: str
+    addresses: Mapping[int, str]
+
+    @property
+    def master_address(self) -> str | None:
+        return self.addresses.get(MASTER_ID)
+
+
+@dataclass(frozen=True)
+class TopicRouteData:
+    """What a NameServer answers for a topic (RocketMQ's TopicRouteData)."""
+
+    topic: str
+    queue_datas: tuple[QueueData, ...]
+    broker_datas: tuple[BrokerData, ...]
+    order_topic_conf: str | None = None
+
+    def broker(self, name: str) -> BrokerData | None:
+        return next((b for b in self.broker_datas if b.broker_name == name), None)
+
+    def to_topic_route(self, zones: Mapping[str, str] | None = None) -> TopicRoute:
+        """The core model's route: one Broker per QueueData, sorted by broker name.
+
+        Every QueueData is kept, as a consumer's ``topicRouteData2TopicSubscribeInfo`` keeps
+        the readable ones whether or not the broker group has a master; a producer skips
+        brokers without a master (see :meth:`brokers_without_master`).
+        """
+        zones = zones or {}
+        brokers = sorted(
+            (
+                Broker(
+                    name=q.broker_name,
+                    read_queue_nums=q.read_queue_nums,
+                    write_queue_nums=q.write_queue_nums,
+                    perm=q.perm,
+                    **({"zone": zones[q.broker_name]} if q.broker_name in zones else {}),
+                )
+                for q in self.queue_datas
+            ),
+            key=lambda b: b.name,
+        )
+        return TopicRoute(topic=self.topic, brokers=tuple(brokers))
+
+    def brokers_without_master(self) -> list[str]:
+        """Broker names with queues but no master address: producers cannot send there."""
+        return sorted(
+            q.broker_name
+            for q in self.queue_datas
+            if (b := self.broker(q.broker_name)) is None or b.master_address is None
+        )
+
+    @property
+    def readable(self) -> bool:
+        return any(q.perm & PERM_READ and q.read_queue_nums > 0 for q in self.queue_datas)
+
+    @property
+    def writable(self) -> bool:
+        return any(q.perm & PERM_WRITE and q.write_queue_nums > 0 for q in self.queue_datas)
+
+
+def decode_topic_route(topic: str, body: bytes) -> TopicRouteData:
+    """The body of a successful GET_ROUTEINFO_BY_TOPIC response."""
+    document = parse_fastjson(body)
+    if not isinstance(document, dict):
+        raise FrameError(f"route of {topic!r} is not a JSON object: {body[:200]!r}")
+    try:
+        queues = tuple(
+            QueueData(
+                broker_name=str(q["brokerName"]),
+                read_queue_nums=int(q["readQueueNums"]),
+                write_queue_nums=int(q["writeQueueNums"]),
+                perm=int(q["perm"]),
+                topic_sys_flag=int(q.get("topicSysFlag", 0)),
+            )
+            for q in document.get("queueDatas") or []
+        )
+        brokers = tuple(_broker_data(b) for b in document.get("brokerDatas") or [])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FrameError(f"route of {topic!r} lacks or mistypes {exc}: {body[:300]!r}") from None
+    conf = document.get("orderTopicConf")
+    return TopicRouteData(topic=topic, queue_datas=queues, broker_datas=brokers, order_topic_conf=conf)
+
+
+def _broker_data(document: Mapping[str, Any]) -> BrokerData:
+    return BrokerData(
+        broker_name=str(document["brokerName"]),
+        cluster=str(document.get("cluster", "")),
+        addresses={int(k): str(v) for k, v in (document.get("brokerAddrs") or {}).items()},
+    )
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What a NameServer answers to GET_BROKER_CLUSTER_INFO (RocketMQ's ClusterInfo)."""
+
+    brokers: Mapping[str, BrokerData]
+    clusters: Mapping[str, tuple[str, ...]]
+
+
+def decode_cluster_info(body: bytes) -> ClusterInfo:
+    document = parse_fastjson(body)
+    try:
+        brokers = {str(k): _broker_data(v) for k, v in (document.get("brokerAddrTable") or {}).items()}
+        clusters = {str(k): tuple(sorted(v)) for k, v in (document.get("clusterAddrTable") or {}).items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise FrameError(f"cluster info lacks or mistypes {exc}: {body[:300]!r}") from None
+    return ClusterInfo(brokers=brokers, clusters=clusters)

@@ -1,0 +1,23 @@
+"""A real RocketMQ (NameServer + two Brokers from Apache's jars) shared by this folder's tests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from harness.rocketmq import RocketMQ
+
+
+@pytest.fixture(scope="session")
+def rocketmq() -> Iterator[RocketMQ]:
+    with RocketMQ(brokers=("broker-a", "broker-b")) as running:
+        yield running
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name of its own for each test (RocketMQ allows letters, digits, '-', '_', '%', '|')."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
+    return f"{base}-{uuid.uuid4().hex[:6]}"

@@ -1,0 +1,40 @@
+"""The end-to-end benchmark's scoring (harness.e2e.score_variant) on hand-made records."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.e2e import Record, score_variant
+
+START_MS = 1_000_000.0
+
+
+def test_lost_duplicates_order_and_gap() -> None:
+    produced = {
+        ("broker-a", 0, 0): ("k1", 0),
+        ("broker-a", 0, 1): ("k1", 1),
+        ("broker-a", 0, 2): ("k1", 2),
+        ("broker-b", 1, 0): ("k2", 0),
+    }
+    records: list[Record] = [
+        (1_000_100, "broker-a", 0, 0, "k1", 0, "c0"),
+        (1_000_200, "broker-a", 0, 2, "k1", 2, "c0"),  # seq 2 before seq 1: one order violation
+        (1_003_200, "broker-a", 0, 1, "k1", 1, "c1"),  # 3 s after the previous one on broker-a:0
+        (1_003_300, "broker-a", 0, 2, "k1", 2, "c1"),  # consumed again: a duplicate, not a violation
+    ]  # broker-b:1 offset 0 never consumed: lost
+    score = score_variant("x", produced, sorted(records), START_MS)
+    assert score.lost == 1
+    assert score.duplicates == 1
+    assert score.order_violations == 1
+    assert score.longest_gap_s == pytest.approx(3.0)
+    assert score.gap_queue == "broker-a:0"
+    assert score.gap_at_s == pytest.approx(0.2)
+    assert score.consumed == 4
+
+
+def test_nothing_wrong() -> None:
+    produced = {("b", 0, i): ("k", i) for i in range(3)}
+    records: list[Record] = [(1_000_000 + 10 * i, "b", 0, i, "k", i, "c") for i in range(3)]
+    score = score_variant("x", produced, records, START_MS)
+    assert (score.lost, score.duplicates, score.order_violations) == (0, 0, 0)
+    assert score.longest_gap_s == pytest.approx(0.01)

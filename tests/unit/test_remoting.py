@@ -1,0 +1,165 @@
+"""The remoting codec on frames captured from real NameServers (``python -m harness.rocketmq capture``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mqbalance.model import PERM_READ, Broker
+from mqbalance.remoting import (
+    FLAG_RESPONSE,
+    FrameError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+    decode,
+    decode_cluster_info,
+    decode_topic_route,
+    encode,
+    frame_length,
+    parse_fastjson,
+    request,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq"
+VERSIONS = ("5.3.3", "4.9.7")
+
+
+def frame(version: str, name: str) -> bytes:
+    return (FIXTURES / f"{version}-{name}.bin").read_bytes()
+
+
+def ports(version: str) -> dict[str, int]:
+    loaded: dict[str, int] = json.loads((FIXTURES / f"{version}-ports.json").read_text())
+    return loaded
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["route-orders", "route-orders-old-client"])
+def test_real_route_decodes_to_the_created_topic(version: str, name: str) -> None:
+    response = decode(frame(version, name))
+    assert response.is_response
+    assert response.code == ResponseCode.SUCCESS
+    assert response.language == "JAVA"
+    route = decode_topic_route("orders", response.body)
+    assert route.to_topic_route().brokers == (
+        Broker("broker-a", read_queue_nums=8, write_queue_nums=4, perm=6),
+        Broker("broker-b", read_queue_nums=2, write_queue_nums=2, perm=PERM_READ),
+    )
+    addresses = {b.broker_name: b.master_address for b in route.broker_datas}
+    expected = {n: f"127.0.0.1:{ports(version)[n]}" for n in ("broker-a", "broker-b")}
+    assert addresses == expected
+    assert route.brokers_without_master() == []
+    assert route.readable
+    assert route.writable
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_old_clients_get_bare_integer_keys(version: str) -> None:
+    # What the NameServer answers a client older than 4.9.4 is not JSON...
+    body = decode(frame(version, "route-orders-old-client")).body
+    assert b'"brokerAddrs":{0:' in body
+    with pytest.raises(ValueError, match="Expecting property name"):
+        json.loads(body)
+    # ...and a current client gets standard JSON.
+    assert json.loads(decode(frame(version, "route-orders")).body)["brokerDatas"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_missing_topic_is_code_17_with_a_remark(version: str) -> None:
+    response = decode(frame(version, "route-missing"))
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response.remark is not None
+    assert "No topic route info in name server for the topic: missing" in response.remark
+    assert response.body == b""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cluster_info(version: str) -> None:
+    info = decode_cluster_info(decode(frame(version, "cluster-info")).body)
+    assert info.clusters == {"mqbalance": ("broker-a", "broker-b")}
+    assert info.brokers["broker-b"].master_address == f"127.0.0.1:{ports(version)['broker-b']}"
+
+
+@pytest.mark.parametrize("serialize", list(SerializeType))
+def test_encode_decode_round_trip(serialize: SerializeType) -> None:
+    command = RemotingCommand(
+        code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        opaque=42,
+        flag=FLAG_RESPONSE,
+        ext_fields={"topic": "orders", "acceptStandardJsonOnly": "true"},
+        remark="a remark é",
+        body=b"\x00\x01body",
+        serialize_type=serialize,
+    )
+    assert decode(encode(command)) == command
+
+
+def test_request_fields_are_java_strings() -> None:
+    command = request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, {"perm": 6, "order": False, "skip": None})
+    assert command.ext_fields == {"perm": "6", "order": "false"}
+    header = json.loads(encode(command)[8:])
+    assert header["code"] == 17
+    assert header["extFields"] == {"perm": "6", "order": "false"}
+    assert header["language"] == "PYTHON"
+    assert header["flag"] == 0
+
+
+def test_frame_layout() -> None:
+    data = encode(RemotingCommand(code=105, body=b"xyz"))
+    header_length = int.from_bytes(data[4:8], "big") & 0xFFFFFF
+    assert data[4] == SerializeType.JSON
+    assert frame_length(data[:4]) == len(data) - 4 == 4 + header_length + 3
+    assert data.endswith(b"xyz")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x00\x00\x00\x02", "outside 4.."),
+        (b"HTTP", "not a RocketMQ remoting peer"),
+        (b"\x00\x00\x00\x08\x00\x00\x00\x10abcd", "header length 16 exceeds"),
+        (b"\x00\x00\x00\x06\x05\x00\x00\x00ab", "unknown serialize type 5"),
+        (b"\x00\x00\x00\x08\x00\x00\x00\x04{no}", "header is not JSON"),
+        (b"\x00\x00\x00\x09\x00\x00\x00\x04[]", "announces 9 bytes"),
+    ],
+)
+def test_bad_frames_say_what_is_wrong(data: bytes, message: str) -> None:
+    with pytest.raises(FrameError, match=message):
+        decode(data)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{0:"a",1:"b"}', {"0": "a", "1": "b"}),
+        ('{"m":{ -1 :"x"}, "l":[1, 2]}', {"m": {"-1": "x"}, "l": [1, 2]}),
+        ('{"s":"{0:not a key}", 7:{8:[9]}}', {"s": "{0:not a key}", "7": {"8": [9]}}),
+        ('{"q":"say \\"1:\\"", 2:3}', {"q": 'say "1:"', "2": 3}),
+    ],
+)
+def test_fastjson_bare_keys(text: str, expected: object) -> None:
+    assert parse_fastjson(text) == expected
+
+
+def test_fastjson_garbage_is_an_error() -> None:
+    with pytest.raises(FrameError, match="not JSON"):
+        parse_fastjson(b"{oops")
+
+
+def test_route_missing_fields_is_an_error() -> None:
+    with pytest.raises(FrameError, match="readQueueNums"):
+        decode_topic_route("t", b'{"queueDatas":[{"brokerName":"b","perm":6,"writeQueueNums":1}]}')
+
+
+def test_broker_without_master_is_reported() -> None:
+    route = decode_topic_route(
+        "t",
+        b'{"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":2,"writeQueueNums":2}],'
+        b'"brokerDatas":[{"brokerName":"b","cluster":"c","brokerAddrs":{1:"127.0.0.1:1"}}]}',
+    )
+    assert route.brokers_without_master() == ["b"]
+    assert len(route.to_topic_route().readable_queues()) == 2
