@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the producer sends")
     parser.add_argument("--rate", type=int, default=200, help="messages a second")
     parser.add_argument("--keys", type=int, default=64)
-    parser.add_argument("--variants", default="rocketmq,mqbalance", help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")
     args = parser.parse_args()
     print(machine())

@@ -18,8 +18,8 @@ Variants (``VARIANTS``):
   on the local control plane (``harness.kubelet``) with its own sidecar, and the real operator
   assigns the queues (STICKY by default).
 
-A variant is a small class: the lead's "mqbalance with handover" is ``MqbalanceVariant`` with
-another ConsumerGroup spec (``group_spec``) and is registered in ``VARIANTS`` under a new name.
+- ``mqbalance-handover``: the same with ``spec.handover`` Release (revoke, release, then assign),
+  and pods that terminate before they go, as Kubernetes runs them.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +44,8 @@ from typing import Any, ClassVar
 from kubernetes import client, config
 
 from harness import kubelet
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
+from harness.processes import OperatorProcess, SidecarProcess
 from harness.rocketmq import RocketMQ
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +164,7 @@ class World:
     cluster: LocalCluster
     api: client.ApiClient
     classpath: str
-    operator: subprocess.Popen[bytes] | None = None
+    operator: OperatorProcess | None = None
 
     def consumer(self, group: str, name: str, mode: str, sidecar: str | None = None) -> JavaProgram:
         args = [
@@ -214,13 +213,12 @@ def world(workdir: Path | None = None) -> Iterator[World]:
             )
             kubelet.create_node(api, NODE, "zone-a")
             w = World(path, mq, cluster, api, classpath)
-            w.operator = _start_operator(cluster, path)
+            w.operator = OperatorProcess(cluster, [NAMESPACE], path, "--log-level", "WARNING", error=E2eError)
+            w.operator.start(timeout=120)
             try:
                 yield w
             finally:
-                if w.operator.poll() is None:
-                    w.operator.terminate()
-                    w.operator.wait(30)
+                w.operator.stop()
                 api.close()  # type: ignore[no-untyped-call]
     finally:
         if own and not os.environ.get("MQBALANCE_KEEP_LOGS"):
@@ -229,43 +227,6 @@ def world(workdir: Path | None = None) -> Iterator[World]:
 
 def _json(doc: Any) -> str:
     return json.dumps(doc)
-
-
-def _start_operator(cluster: LocalCluster, workdir: Path) -> subprocess.Popen[bytes]:
-    port = free_port()
-    argv = [sys.executable, "-m", "mqbalance", "operator", "--namespace", NAMESPACE]
-    argv += ["--metrics-host", "127.0.0.1", "--metrics-port", str(port), "--log-level", "WARNING"]
-    argv += ["--journal", str(workdir / "journal.jsonl")]
-    env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    with (workdir / "operator.log").open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    _wait(
-        f"the operator's /healthz (log {workdir / 'operator.log'})",
-        lambda: _http_ok(port, "/healthz", proc),
-        120,
-    )
-    return proc
-
-
-def _http_ok(port: int, path: str, proc: subprocess.Popen[bytes] | None = None) -> bool:
-    if proc is not None and proc.poll() is not None:
-        raise E2eError(f"process exited with {proc.returncode}")
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-            return bool(r.status == 200)
-    except urllib.error.HTTPError:
-        return False
-    except OSError:
-        return False
-
-
-def _wait(what: str, probe: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise E2eError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- variants -----------------------------------------------------------------------------------
@@ -324,7 +285,7 @@ class RocketMQVariant(Variant):
 @dataclass
 class _Pod:
     name: str
-    sidecar: subprocess.Popen[bytes]
+    sidecar: SidecarProcess
     consumer: JavaProgram
 
 
@@ -361,16 +322,16 @@ class MqbalanceVariant(Variant):
     def join(self, i: int) -> None:
         name = f"{self.group}-{i}"
         kubelet.create_pod(self.world.api, NAMESPACE, name, {"app": self.group}, NODE)
-        port = free_port()
-        argv = [sys.executable, "-m", "mqbalance", "sidecar", "--pod-name", name, "--namespace", NAMESPACE]
-        argv += ["--group", self.group, "--port", str(port), "--metrics-port", "0", "--no-topics"]
-        argv += ["--kubeconfig", str(self.world.cluster.kubeconfig)]
-        env = {**self.world.cluster.env, "MQBALANCE_LOG_LEVEL": "WARNING"}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        with (self.world.workdir / f"sidecar-{name}.log").open("ab") as log:
-            sidecar = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        _wait(f"sidecar of {name}", lambda: _listening(port, sidecar), 60)
-        consumer = self.world.consumer(self.group, name, "mqbalance", f"http://127.0.0.1:{port}")
+        sidecar = SidecarProcess(
+            self.world.cluster.kubeconfig,
+            self.world.workdir / f"sidecar-{name}.log",
+            "--pod-name", name, "--namespace", NAMESPACE, "--group", self.group, "--no-topics",
+            metrics=False,
+            env={"MQBALANCE_LOG_LEVEL": "WARNING"},
+            error=E2eError,
+        )  # fmt: skip
+        sidecar.start()
+        consumer = self.world.consumer(self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}")
         consumer.start()
         # The container is up: its readiness probe passes and the kubelet reports it Ready.
         kubelet.set_pod_ready(self.world.api, NAMESPACE, name, True)
@@ -381,7 +342,7 @@ class MqbalanceVariant(Variant):
         pod.consumer.kill()
         time.sleep(self.kubelet_notice_seconds)
         kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, False)
-        _stop(pod.sidecar)
+        pod.sidecar.stop()
         kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
 
     def leave(self, i: int) -> None:
@@ -389,34 +350,40 @@ class MqbalanceVariant(Variant):
         pod = self.pods.pop(i)
         kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
         pod.consumer.terminate()
-        _stop(pod.sidecar)
+        pod.sidecar.stop()
 
     def stop_all(self) -> None:
         for i in list(self.pods):
             self.leave(i)
 
 
-def _listening(port: int, proc: subprocess.Popen[bytes]) -> bool:
-    if proc.poll() is not None:
-        raise E2eError(f"sidecar exited with {proc.returncode}")
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
-    except OSError:
-        return False
-    return True
+class MqbalanceHandoverVariant(MqbalanceVariant):
+    """As ``mqbalance``, with spec.handover Release: a queue moves only after its old owner's
+    consumer dropped it, persisted its offset and released it through the sidecar; a leaving pod
+    is terminating first (its sidecar keeps serving: the chart's preStop, ``mqbalance drain``) while
+    its consumer shuts down and releases everything, and only then goes."""
+
+    name = "mqbalance-handover"
+    release_timeout: ClassVar[float] = 30.0
+
+    def group_spec(self) -> dict[str, Any]:
+        return {
+            **super().group_spec(),
+            "handover": {"mode": "Release", "releaseTimeoutSeconds": self.release_timeout},
+        }
+
+    def leave(self, i: int) -> None:
+        pod = self.pods.pop(i)
+        kubelet.mark_terminating(self.world.api, NAMESPACE, pod.name)
+        pod.consumer.terminate()  # SIGTERM: consumer.shutdown() persists offsets, then releases all
+        pod.sidecar.client.drain(timeout=self.release_timeout)  # the preStop hook
+        pod.sidecar.stop()
+        kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-VARIANTS: dict[str, type[Variant]] = {"rocketmq": RocketMQVariant, "mqbalance": MqbalanceVariant}
+VARIANTS: dict[str, type[Variant]] = {
+    v.name: v for v in (RocketMQVariant, MqbalanceVariant, MqbalanceHandoverVariant)
+}
 
 
 # -- the run ------------------------------------------------------------------------------------

@@ -59,4 +59,23 @@ public final class Handover {
             return false;
         }
     }
+
+    /**
+     * The application has shut down its consumer (offsets committed): it holds nothing and takes
+     * nothing more, so its queues may go to their new owners at once. Best effort: a failure only
+     * means the operator waits for the release timeout.
+     */
+    public synchronized void releaseAll(String group, long generation) {
+        if (!supported) {
+            return;
+        }
+        try {
+            if (client.release(group, generation, true) == SidecarClient.Release.NOT_SUPPORTED) {
+                supported = false;
+            }
+        } catch (SidecarException e) {
+            failures++;
+            LOG.log(Level.WARNING, "release of everything at shutdown failed: {0}", e.getMessage());
+        }
+    }
 }

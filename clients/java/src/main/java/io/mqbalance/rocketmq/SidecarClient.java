@@ -100,7 +100,16 @@ public class SidecarClient {
      * their offsets are committed ({@code POST /v1/release}).
      */
     public Release release(String group, long generation) throws SidecarException {
-        String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation + "}";
+        return release(group, generation, false);
+    }
+
+    /**
+     * As {@link #release(String, long)}; with {@code all}, this pod holds no queue at all and takes
+     * no more (it is shutting down): its queues go to their new owners without waiting.
+     */
+    public Release release(String group, long generation, boolean all) throws SidecarException {
+        String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation
+            + (all ? ",\"all\":true" : "") + "}";
         try {
             post("/v1/release", body);
             return Release.ACKNOWLEDGED;

@@ -109,11 +109,15 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         return kept;
     }
 
-    /** Commit what was consumed (synchronously) and stop. */
+    /** Commit what was consumed (synchronously), stop, and release everything. */
     public void shutdown() {
         commitSync(new ArrayList<>(assigned));
+        QueuesView view = watcher.current();
         watcher.close();
         consumer.shutdown();
+        if (view != null) {
+            handover.releaseAll(view.group(), view.generation());
+        }
     }
 
     @Override

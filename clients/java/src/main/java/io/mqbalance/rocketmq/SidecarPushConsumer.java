@@ -189,9 +189,17 @@ public final class SidecarPushConsumer implements AutoCloseable {
         return handover.release(view.group(), view.generation());
     }
 
+    /**
+     * Call after {@code consumer.shutdown()} (which persists the offsets): tells the operator this
+     * pod holds nothing any more, so its queues go to their new owners without waiting.
+     */
     @Override
     public void close() {
         timer.shutdownNow();
+        QueuesView view = watcher.current();
+        if (view != null) {
+            handover.releaseAll(view.group(), view.generation());
+        }
         watcher.close();
     }
 }
