@@ -3,7 +3,7 @@ list-and-watch informer, and Lease locks. Nothing else in the product talks to t
 
 from mqbalance.kube.client import MERGE_PATCH, ApiError, Conflict, Gone, KubeClient
 from mqbalance.kube.informer import Backoff, Informer, Key, object_key
-from mqbalance.kube.lease import LeaseElector, LeaseLock, default_identity
+from mqbalance.kube.lease import LeaseElector, LeaseLock, default_identity, parse_micro_time
 
 __all__ = [
     "MERGE_PATCH",
@@ -18,4 +18,5 @@ __all__ = [
     "LeaseLock",
     "default_identity",
     "object_key",
+    "parse_micro_time",
 ]

@@ -36,6 +36,18 @@ def micro_time(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def parse_micro_time(text: object) -> float | None:
+    """A Lease's renewTime as unix seconds (None when absent or unreadable)."""
+    if not isinstance(text, str):
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
 class LeaseLock:
     """One Lease, ``namespace/name``, held by ``identity`` when free, expired or already ours."""
 
@@ -49,9 +61,11 @@ class LeaseLock:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
         self.duration = duration
+        self.labels = labels or {}
         self._monotonic, self._wall = monotonic, wall
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
         self._observed: tuple[Any, ...] | None = None
@@ -92,6 +106,23 @@ class LeaseLock:
         except ApiError as e:
             logger.warning("releasing lease %s/%s failed: %s", self.namespace, self.name, e)
 
+    async def delete(self) -> None:
+        """Remove the Lease (a member lease of a replica that stops)."""
+        self.renewed_at = None
+        try:
+            await self.client.delete(f"{self._path}/{self.name}")
+        except ApiError as e:
+            if e.status != 404:
+                logger.warning("deleting lease %s/%s failed: %s", self.namespace, self.name, e)
+
+    def observe(self, lease: dict[str, Any]) -> None:
+        """Note the Lease as read elsewhere (a listing): its expiry counts from its last change seen."""
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self._monotonic()
+        self.holder = spec.get("holderIdentity")
+
     async def _try(self) -> str | None:
         now = self._wall()
         spec: dict[str, Any] = {
@@ -107,7 +138,7 @@ class LeaseLock:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
                 "spec": {**spec, "acquireTime": micro_time(now), "leaseTransitions": 0},
             }
             try:
@@ -117,9 +148,7 @@ class LeaseLock:
             return self.identity
         current = lease.get("spec") or {}
         holder = current.get("holderIdentity")
-        record = (holder, current.get("renewTime"), current.get("leaseDurationSeconds"))
-        if record != self._observed:
-            self._observed, self._observed_at = record, self._monotonic()
+        self.observe(lease)
         length = float(current.get("leaseDurationSeconds") or self.duration)
         expired = not holder or self._monotonic() - self._observed_at > length
         if holder != self.identity and not expired:

@@ -120,7 +120,7 @@ class Controller:
     debounce_override: float | None = None
     queue: WorkQueue[WorkKey] = field(default_factory=WorkQueue)
     owns: Callable[[str, str], bool] = lambda namespace, name: True
-    """Whether this replica works on a group (sharding); Topic status is written by every replica."""
+    """Whether this replica works on a group or a Topic's status (sharding: its shard is held here)."""
     groups: dict[tuple[str, str], GroupState] = field(default_factory=dict)
     topics: dict[tuple[str, str], TopicState] = field(default_factory=dict)
     pods: PodIndex = field(default_factory=PodIndex)
@@ -235,11 +235,14 @@ class Controller:
     def _in_namespace(self, namespace: str) -> list[GroupState]:
         return list(self._by_namespace.get(namespace, {}).values())
 
-    def resync(self, owns: Callable[[str, str], bool] | None = None) -> None:
-        """Queue every group (that ``owns`` selects): after a shard is taken over, for instance."""
+    def resync(self, selects: Callable[[str, str], bool] | None = None) -> None:
+        """Queue every group and Topic (that ``selects`` picks): after a shard is taken over."""
         for (namespace, name), state in self.groups.items():
-            if owns is None or owns(namespace, name):
+            if selects is None or selects(namespace, name):
                 self._enqueue(state)
+        for namespace, name in self.topics:
+            if selects is None or selects(namespace, name):
+                self.queue.add(("topic", namespace, name))
 
     # -- the work loop -------------------------------------------------------------------------------
 
@@ -392,7 +395,7 @@ class Controller:
 
     async def _work_topic(self, namespace: str, name: str) -> None:
         state = self.topics.get((namespace, name))
-        if state is None:
+        if state is None or not self.owns(namespace, name):
             return
         try:
             await self.update_topic_status(state.body)

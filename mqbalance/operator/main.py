@@ -52,6 +52,17 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         help="how long a Lease not renewed stays valid; a standby takes over after it (default 15)",
     )
     parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --leader-election: split the groups into N shards held by the running replicas through "
+        "Leases LEASE-0 .. LEASE-(N-1), so every replica works (default 1: one leader, standbys)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=8, metavar="N", help="groups reconciled at once (default 8)"
+    )
+    parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
     )
     parser.add_argument(
@@ -76,6 +87,12 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
             )
         if args.lease_duration < 3:
             parser.error("--lease-duration must be at least 3 seconds")
+    if not 1 <= args.shards <= 1024:
+        parser.error("--shards must be from 1 to 1024")
+    if args.shards > 1 and not args.leader_election:
+        parser.error("--shards needs --leader-election LEASE: the shards are Leases named after it")
+    if not 1 <= args.workers <= 256:
+        parser.error("--workers must be from 1 to 256")
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         stream=sys.stderr,
@@ -93,6 +110,8 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         leader_election=args.leader_election,
         lease_namespace=lease_namespace,
         lease_duration=args.lease_duration,
+        shards=args.shards,
+        workers=args.workers,
         kubeconfig=args.kubeconfig,
         debounce_override=args.debounce_override,
     )

@@ -28,6 +28,7 @@ from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import pod_info
 from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
 from mqbalance.operator.settings import OperatorConfig
+from mqbalance.operator.shards import Shards, run_shards, shard_of
 from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
@@ -43,8 +44,9 @@ class Runtime:
         self._http: web.AppRunner | None = None
         self._client: KubeClient | None = None
         self._lock: LeaseLock | None = None
+        self._shards: Shards | None = None
         self.controller: Controller | None = None
-        self.standby = bool(config.leader_election)
+        self.standby = bool(config.leader_election) and config.shards == 1
 
     async def start(self, stop: asyncio.Event) -> None:
         """Serve /healthz and /metrics at once, then (once elected, if electing) operate.
@@ -67,7 +69,28 @@ class Runtime:
         config, controller = self.config, self.controller
         assert controller is not None
         elector: LeaseElector | None = None
-        if config.leader_election and config.lease_namespace:
+        if config.leader_election and config.lease_namespace and config.shards > 1:
+            # Every replica works, on the shards it holds (shards.py).
+            shards = self._shards = Shards(
+                client,
+                config.lease_namespace,
+                config.leader_election,
+                default_identity(),
+                config.shards,
+                config.lease_duration,
+            )
+            controller.owns = shards.owns
+
+            def busy(shard: int) -> bool:
+                return any(
+                    shard_of(ns, name, shards.count) == shard for _, ns, name in controller.queue.active()
+                )
+
+            def gained(held: frozenset[int]) -> None:
+                controller.resync(lambda ns, name: shard_of(ns, name, shards.count) in held)
+
+            self._tasks.append(asyncio.create_task(run_shards(shards, busy, gained), name="shards"))
+        elif config.leader_election and config.lease_namespace:
             self._lock = LeaseLock(
                 client,
                 config.lease_namespace,
@@ -93,7 +116,11 @@ class Runtime:
     def _health(self) -> dict[str, Any]:
         if self.standby:
             return {"standby": True, "groups": 0}
-        return {"groups": len(self.controller.groups) if self.controller else 0}
+        health: dict[str, Any] = {"groups": len(self.controller.groups) if self.controller else 0}
+        if self._shards is not None:
+            health["shards"] = sorted(self._shards.owned)
+            health["members"] = list(self._shards.members)
+        return health
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -101,6 +128,8 @@ class Runtime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._lock is not None and self._lock.held:
             await self._lock.release()
+        if self._shards is not None:
+            await self._shards.stop()
         if self._http is not None:
             await self._http.cleanup()
         if self.controller is not None:

@@ -18,6 +18,8 @@ class OperatorConfig:
     """Name of the coordination.k8s.io Lease replicas elect a leader through; None: no election."""
     lease_namespace: str | None = None
     lease_duration: float = 15.0
+    shards: int = 1
+    """With leader election: shards of the groups, each a Lease held by one of the running replicas."""
     kubeconfig: str | None = None
     debounce_override: float | None = None
     """Use this debounce window for every group instead of its spec.debounceSeconds."""

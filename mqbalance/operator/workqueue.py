@@ -47,8 +47,12 @@ class WorkQueue(Generic[K]):
 
     @property
     def busy(self) -> int:
-        """Keys being processed now."""
+        """How many keys are being processed now."""
         return len(self._active)
+
+    def active(self) -> frozenset[K]:
+        """The keys being processed now."""
+        return frozenset(self._active)
 
     def add(self, key: K) -> None:
         """Process ``key`` as soon as a worker is free (and after its current run, if any)."""

@@ -1,0 +1,202 @@
+"""Groups sharded over the running replicas through Kubernetes Leases.
+
+A fleet that outgrows one process runs several replicas, each working on some of the groups.
+The groups fall into ``count`` shards by a hash of their namespace and name; each shard is a
+Lease (``<prefix>-<i>``), and a replica works on a group only while it holds that group's shard
+Lease. Replicas find each other through member Leases (``<prefix>-member-<identity>``, labelled
+``mqbalance.io/shard-set: <prefix>``) that each renews; the live members, sorted, deal the
+shards out in turn (shard i to member i mod M), so every replica computes the same plan.
+
+A replica takes a shard of its plan once the shard's Lease is free or expired, and gives up a
+shard that is no longer its own after its work on that shard has drained (it first stops
+starting any), releasing the Lease so the new owner takes it at once. A replica that dies (a
+SIGKILL, a lost node) stops renewing: its member Lease and shard Leases expire after one
+duration and the others take its shards over. A holder treats a shard as lost once it could not
+renew it for two thirds of the duration, before anyone else may take it, so no group is ever
+worked on by two replicas at once; and the assignment ConfigMap is replaced with the
+resourceVersion read besides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from urllib.parse import quote
+
+from mqbalance.kube import ApiError, KubeClient, LeaseLock, parse_micro_time
+
+logger = logging.getLogger("mqbalance.operator.shards")
+
+SHARD_SET_LABEL = "mqbalance.io/shard-set"
+ROLE_LABEL = "mqbalance.io/shard-role"
+"""``shard`` or ``member``: one listing of the set's Leases tells members and shard holders apart."""
+
+
+def shard_of(namespace: str, name: str, count: int) -> int:
+    """The shard of a group: a stable hash (every replica and every restart agree)."""
+    digest = hashlib.blake2b(f"{namespace}/{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def member_lease_name(prefix: str, identity: str) -> str:
+    """A Lease name for ``identity`` (a pod name fits; anything else is hashed into a DNS label)."""
+    suffix = identity.lower()
+    if not suffix.replace("-", "").isalnum() or len(prefix) + len(suffix) > 240:
+        suffix = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
+    return f"{prefix}-member-{suffix}"
+
+
+class Shards:
+    """This replica's shards: which it holds, and the loop that keeps them in line with the plan."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        prefix: str,
+        identity: str,
+        count: int,
+        duration: float,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.client, self.namespace, self.prefix, self.identity = client, namespace, prefix, identity
+        self.count, self.duration = count, duration
+        self._monotonic, self._wall = monotonic, wall
+        self.locks = [
+            LeaseLock(
+                client,
+                namespace,
+                f"{prefix}-{i}",
+                identity,
+                duration,
+                monotonic=monotonic,
+                wall=wall,
+                labels={SHARD_SET_LABEL: prefix, ROLE_LABEL: "shard"},
+            )
+            for i in range(count)
+        ]
+        self.member = LeaseLock(
+            client,
+            namespace,
+            member_lease_name(prefix, identity),
+            identity,
+            duration,
+            monotonic=monotonic,
+            wall=wall,
+            labels={SHARD_SET_LABEL: prefix, ROLE_LABEL: "member"},
+        )
+        self.owned: frozenset[int] = frozenset()
+        """Shards this replica may work on now."""
+        self.members: tuple[str, ...] = ()
+        """The live replicas at the last step, sorted."""
+        self._seen: dict[str, tuple[object, float]] = {}
+
+    def owns(self, namespace: str, name: str) -> bool:
+        shard = shard_of(namespace, name, self.count)
+        return shard in self.owned and self.locks[shard].held
+
+    def plan(self, members: tuple[str, ...]) -> frozenset[int]:
+        """The shards this replica should hold when ``members`` (sorted) are live."""
+        if self.identity not in members:
+            return frozenset()
+        return frozenset(i for i in range(self.count) if members[i % len(members)] == self.identity)
+
+    async def step(self, busy: Callable[[int], bool]) -> tuple[frozenset[int], frozenset[int]]:
+        """Renew, look at the members, take and give up shards; (gained, lost) shards.
+
+        ``busy(shard)`` says whether work on that shard is still in flight: a shard leaving the
+        plan is released only once it is not.
+        """
+        before = self.owned
+        await self.member.try_hold()
+        self.members = await self._live_members()
+        wanted = self.plan(self.members)
+        owned = set()
+        for shard, lock in enumerate(self.locks):
+            if shard in wanted:
+                if await lock.try_hold():
+                    owned.add(shard)
+            elif lock.renewed_at is not None:
+                if busy(shard):  # stop starting work on it, release once drained
+                    await lock.try_hold()
+                else:
+                    await lock.release()
+        self.owned = frozenset(owned)
+        gained, lost = self.owned - before, before - self.owned
+        if gained or lost:
+            logger.info(
+                "shards: holding %s of %d (members %s)",
+                sorted(self.owned),
+                self.count,
+                ", ".join(self.members),
+            )
+        return gained, lost
+
+    async def stop(self) -> None:
+        """Give every shard up at once and leave the member list (a clean shutdown)."""
+        self.owned = frozenset()
+        for lock in self.locks:
+            if lock.renewed_at is not None:
+                await lock.release()
+        await self.member.delete()
+
+    async def _live_members(self) -> tuple[str, ...]:
+        """Replicas whose member Lease was renewed within one duration, and this one.
+
+        A member Lease seen before counts while it changed within one duration by our clock; one
+        seen for the first time (a replica that just started knows nobody's history) by its
+        renewTime on the holder's clock, which skew can only make err for a step or two: who is
+        a member decides the plan, never who holds a shard. The same listing keeps every shard
+        Lease's expiry clock going, so a dead replica's shards are taken one duration after its
+        last renewal, and member Leases dead for ten durations are deleted.
+        """
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.namespace, safe='')}/leases"
+        try:
+            listing = await self.client.get(path, {"labelSelector": f"{SHARD_SET_LABEL}={self.prefix}"})
+        except ApiError as e:
+            logger.warning("listing the shard leases failed: %s; keeping the last members", e)
+            return self.members or (self.identity,)
+        now, wall = self._monotonic(), self._wall()
+        live = {self.identity}
+        seen: dict[str, tuple[object, float]] = {}
+        by_name = {lock.name: lock for lock in self.locks}
+        for item in listing.get("items") or []:
+            name = (item.get("metadata") or {}).get("name", "")
+            if name in by_name:
+                by_name[name].observe(item)
+                continue
+            spec = item.get("spec") or {}
+            holder = spec.get("holderIdentity")
+            record = (holder, spec.get("renewTime"))
+            previous = self._seen.get(name)
+            renewed = parse_micro_time(spec.get("renewTime"))
+            age = wall - renewed if renewed is not None else float("inf")
+            if previous is None or previous[0] != record:
+                # A change seen now; one seen for the first time dates from its renewTime.
+                previous = (record, now if previous is not None else now - min(max(age, 0.0), 1e9))
+            seen[name] = previous
+            fresh = now - previous[1] <= self.duration
+            if holder and fresh:
+                live.add(str(holder))
+            elif age > 10 * self.duration and holder != self.identity:
+                with contextlib.suppress(ApiError):
+                    await self.client.delete(f"{path}/{name}")
+        self._seen = seen
+        return tuple(sorted(live))
+
+
+async def run_shards(
+    shards: Shards, busy: Callable[[int], bool], on_gained: Callable[[frozenset[int]], None]
+) -> None:
+    """Step every third of the duration until cancelled; ``on_gained`` for shards newly held."""
+    while True:
+        gained, _ = await shards.step(busy)
+        if gained:
+            on_gained(gained)
+        await asyncio.sleep(shards.duration / 3)

@@ -1,0 +1,156 @@
+"""Shards over replicas through Leases, on an in-memory API with the server's optimistic concurrency
+and a hand-driven clock: every shard held by at most one replica at any moment, all of them held
+once the replicas agree, and a dead replica's shards taken over after one lease duration."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from mqbalance.kube import ApiError, Conflict
+from mqbalance.operator.shards import Shards, member_lease_name, shard_of
+
+DURATION = 9.0
+
+
+class LeaseApi:
+    """Leases by name: get, create, replace (resourceVersion checked), delete, list by label."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.versions = itertools.count(1)
+
+    async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+        if path.endswith("/leases"):
+            key, _, value = (params or {}).get("labelSelector", "=").partition("=")
+            items = [x for x in self.leases.values() if x["metadata"].get("labels", {}).get(key) == value]
+            return {"items": items}
+        name = path.rsplit("/", 1)[1]
+        if name not in self.leases:
+            raise ApiError(404, "not found")
+        return self.leases[name]
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if name in self.leases:
+            raise Conflict(409, "already exists")
+        return self._store(name, body)
+
+    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[1]
+        if self.leases[name]["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
+            raise Conflict(409, "modified")
+        return self._store(name, body)
+
+    async def delete(self, path: str) -> dict[str, Any]:
+        self.leases.pop(path.rsplit("/", 1)[1], None)
+        return {}
+
+    def _store(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(next(self.versions))}}
+        self.leases[name] = stored
+        return stored
+
+
+class Fleet:
+    def __init__(self, count: int = 8) -> None:
+        self.api = LeaseApi()
+        self.now = 0.0
+        self.count = count
+        self.replicas: dict[str, Shards] = {}
+
+    def add(self, name: str) -> Shards:
+        shards = Shards(
+            self.api,  # type: ignore[arg-type]
+            "ns",
+            "op",
+            name,
+            self.count,
+            DURATION,
+            monotonic=lambda: self.now,
+            wall=lambda: 1_800_000_000.0 + self.now,
+        )
+        self.replicas[name] = shards
+        return shards
+
+    async def tick(self, running: list[str] | None = None) -> None:
+        """Every running replica steps once, then a third of the duration passes; check safety."""
+        for name in running if running is not None else list(self.replicas):
+            await self.replicas[name].step(lambda shard: False)
+        holders = Counter(
+            shard
+            for shards in self.replicas.values()
+            for shard in range(self.count)
+            if shards.locks[shard].held and shard in shards.owned
+        )
+        assert all(n == 1 for n in holders.values()), f"a shard worked on twice: {holders}"
+        self.now += DURATION / 3
+
+    def owned(self) -> dict[str, list[int]]:
+        return {name: sorted(s.owned) for name, s in self.replicas.items()}
+
+
+@pytest.mark.asyncio
+async def test_replicas_split_the_shards_and_take_over_a_dead_ones() -> None:
+    fleet = Fleet()
+    for name in ("a", "b", "c"):
+        fleet.add(name)
+    for _ in range(4):
+        await fleet.tick()
+    assert fleet.owned() == {"a": [0, 3, 6], "b": [1, 4, 7], "c": [2, 5]}
+    # c dies (SIGKILL): it renews nothing. a and b hold everything within two durations.
+    died = fleet.now
+    while sorted(fleet.owned()["a"] + fleet.owned()["b"]) != list(range(8)):
+        assert fleet.now - died < 2 * DURATION, fleet.owned()
+        await fleet.tick(["a", "b"])
+    for _ in range(3):
+        await fleet.tick(["a", "b"])
+    assert fleet.owned()["a"] == [0, 2, 4, 6]
+    # A new replica joins: the others hand shards over (released, so no expiry to wait for).
+    fleet.replicas.pop("c")
+    fleet.add("d")
+    for _ in range(3):
+        await fleet.tick()
+    assert fleet.owned() == {"a": [0, 3, 6], "b": [1, 4, 7], "d": [2, 5]}
+
+
+@pytest.mark.asyncio
+async def test_a_clean_stop_hands_shards_over_at_once() -> None:
+    fleet = Fleet(count=4)
+    a, b = fleet.add("a"), fleet.add("b")
+    for _ in range(3):
+        await fleet.tick()
+    assert (sorted(a.owned), sorted(b.owned)) == ([0, 2], [1, 3])
+    await b.stop()
+    assert member_lease_name("op", "b") not in fleet.api.leases
+    fleet.replicas.pop("b")
+    await fleet.tick()  # a sees one member and takes the released shards in this very step
+    assert sorted(a.owned) == [0, 1, 2, 3]
+
+
+@pytest.mark.asyncio
+async def test_work_in_flight_keeps_a_shard_until_it_drains() -> None:
+    fleet = Fleet(count=2)
+    a = fleet.add("a")
+    await fleet.tick()
+    assert sorted(a.owned) == [0, 1]
+    b = fleet.add("b")
+    await b.step(lambda shard: False)  # b announces itself; shard 1 is b's now
+    busy = {1}
+    await a.step(lambda shard: shard in busy)
+    assert sorted(a.owned) == [0]  # stops starting work on shard 1 ...
+    assert a.locks[1].held  # ... but holds it while work is in flight
+    assert not await b.locks[1].try_hold()
+    busy.clear()
+    await a.step(lambda shard: shard in busy)
+    await b.step(lambda shard: False)
+    assert (sorted(a.owned), sorted(b.owned)) == ([0], [1])
+
+
+def test_the_shard_of_a_group_is_stable_and_spread() -> None:
+    assert shard_of("shop", "orders", 16) == shard_of("shop", "orders", 16)
+    spread = Counter(shard_of("ns", f"g{i}", 8) for i in range(8000))
+    assert min(spread.values()) > 900
