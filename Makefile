@@ -6,15 +6,20 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane demo test test-unit lint format bench crds clean
+# The integration suite runs against the current Kubernetes release (built from Go modules) by
+# default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
+# docs/local-cluster.md.
+.PHONY: help venv control-plane control-plane-1.20 demo test test-k8s-1.20 test-unit lint format bench crds clean
 
 help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
-	@echo "make test           lint, type-check and run every test (unit, Spark, integration)"
+	@echo "make test           lint, type-check and run every test (unit, Spark, integration on current Kubernetes)"
+	@echo "make test-k8s-1.20  the integration tests against Kubernetes 1.20"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
 	@echo "make lint           ruff and mypy"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
-	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make control-plane  build or reuse current Kubernetes (apiserver, controller-manager, ...), etcd, helm, promtool"
+	@echo "make control-plane-1.20  the same for Kubernetes 1.20"
 	@echo "make crds           copy crds/ into the Helm chart"
 
 $(STAMP): pyproject.toml
@@ -26,7 +31,10 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 control-plane:
-	bash hack/build-control-plane.sh
+	bash hack/build-control-plane.sh --k8s current
+
+control-plane-1.20:
+	bash hack/build-control-plane.sh --k8s 1.20
 
 demo: venv control-plane
 	$(BIN)/python -m harness.demo
@@ -42,7 +50,10 @@ format: venv
 	$(BIN)/ruff format .
 
 test: venv control-plane lint
-	$(BIN)/pytest
+	MQBALANCE_K8S_VERSION=current $(BIN)/pytest
+
+test-k8s-1.20: venv control-plane-1.20
+	MQBALANCE_K8S_VERSION=1.20 $(BIN)/pytest tests/integration
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
