@@ -62,7 +62,6 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # names as aliases of their "-controller" names.
 DISABLED_CONTROLLERS = (
     "nodelifecycle",
-    "cloud-node-lifecycle",
     "attachdetach",
     "csrsigning",
     "csrapproving",
@@ -70,12 +69,13 @@ DISABLED_CONTROLLERS = (
     "bootstrapsigner",
     "tokencleaner",
     "nodeipam",
-    "route",
-    "service",
     "persistentvolume-expander",
     "horizontalpodautoscaling",
     "ttl",
 )
+# 1.20 still runs the cloud provider's controllers; later releases moved them out of the
+# controller manager and refuse the names.
+DISABLED_CONTROLLERS_LEGACY = ("cloud-node-lifecycle", "route", "service")
 # Split out of nodelifecycle in 1.29: evicts pods from tainted nodes, which only a kubelet and
 # the node lifecycle controller would taint.
 DISABLED_CONTROLLERS_CURRENT = ("taint-eviction-controller",)
@@ -785,7 +785,8 @@ class LocalCluster:
 
     def _start_controller_manager(self) -> None:
         pki = self.workdir / "pki"
-        disabled = DISABLED_CONTROLLERS + (() if self.legacy else DISABLED_CONTROLLERS_CURRENT)
+        extra = DISABLED_CONTROLLERS_LEGACY if self.legacy else DISABLED_CONTROLLERS_CURRENT
+        disabled = DISABLED_CONTROLLERS + extra
         controllers = ",".join(["*", *(f"-{name}" for name in disabled)])
         argv = [
             str(self.bin_dir / "kube-controller-manager"),
