@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         demo: Demo | None = None
         try:
             cluster.start()
-            step(f"control plane ready at {cluster.server}")
+            step(f"control plane (Kubernetes {cluster.version}) ready at {cluster.server}")
             demo = Demo(cluster, workdir, args.timeout)
             demo.run()
         except (DemoError, ClusterError, subprocess.CalledProcessError) as exc:
