@@ -51,7 +51,7 @@ LEGACY_K8S_VERSION = "v1.20.2"
 K8S_VERSION_ENV = "MQBALANCE_K8S_VERSION"
 """Selects the cluster version when the caller does not: ``current``, ``1.20`` or ``v1.Y.Z``."""
 OLDEST_MODULE_MINOR = 34
-"""Older releases than 1.Y.0 with this Y are not built from Go modules."""
+"""The oldest minor release (1.34) that hack/build-kubernetes.sh builds from Go modules."""
 HELM_VERSION = "v3.17.2"
 ADMIN_USER = "mqbalance-admin"
 SERVICE_CIDR = "10.96.0.0/16"
