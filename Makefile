@@ -6,15 +6,21 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane java-oracle rocketmq java-test demo test test-unit lint format bench crds clean
+# The integration suite runs against the current Kubernetes release (built from Go modules) by
+# default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
+# docs/local-cluster.md.
+.PHONY: help venv control-plane control-plane-1.20 java-oracle rocketmq java-test demo test test-k8s-1.20 \
+	test-unit lint format bench crds clean
 
 help:
 	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
-	@echo "make test           lint, type-check and run every test (unit, Spark, integration)"
+	@echo "make test           lint, type-check and run every test (unit, Spark, integration on current Kubernetes)"
+	@echo "make test-k8s-1.20  the integration tests against Kubernetes 1.20"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
 	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
-	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make control-plane  build or reuse current Kubernetes (apiserver, controller-manager, ...), etcd, helm, promtool"
+	@echo "make control-plane-1.20  the same for Kubernetes 1.20"
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
 	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
@@ -29,7 +35,10 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 control-plane:
-	bash hack/build-control-plane.sh
+	bash hack/build-control-plane.sh --k8s current
+
+control-plane-1.20:
+	bash hack/build-control-plane.sh --k8s 1.20
 
 # rocketmq-client versions of tests/oracle (comments stripped); the tests call the same script.
 JAVA_ORACLE_VERSIONS := $(shell sed 's/\#.*//' tests/oracle/versions.txt)
@@ -55,13 +64,16 @@ format: venv
 	$(BIN)/ruff format .
 
 test: venv control-plane java-oracle rocketmq lint
-	$(BIN)/pytest
+	MQBALANCE_K8S_VERSION=current $(BIN)/pytest
 	$(MAKE) java-test
 
 # The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
 java-test: venv control-plane rocketmq
 	mvn -B -ntp -f clients/java/pom.xml test
 	mvn -B -ntp -f clients/java/pom.xml -P rocketmq4 test
+
+test-k8s-1.20: venv control-plane-1.20
+	MQBALANCE_K8S_VERSION=1.20 $(BIN)/pytest tests/integration
 
 test-unit: venv
 	$(BIN)/pytest tests/unit

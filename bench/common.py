@@ -105,9 +105,7 @@ def rss_mib(pid: int) -> float:
 def local_cluster() -> Iterator[LocalCluster]:
     """A started LocalCluster with the CRDs installed and established."""
     with LocalCluster() as cluster:
-        cluster.kubectl("apply", "-f", str(REPO / "crds"))
-        for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
-            cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
         yield cluster
 
 

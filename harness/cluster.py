@@ -1,16 +1,19 @@
 """A real local Kubernetes control plane: etcd + kube-apiserver + kube-controller-manager.
 
-The binaries are built once by ``hack/build-control-plane.sh`` into a per-user cache (see
-docs/local-cluster.md). Everything listens on 127.0.0.1 only, on free ports, so several
-clusters can run side by side. There is no kubelet and no scheduler: tests act those out
-with :mod:`harness.kubelet`.
+Two Kubernetes versions are supported side by side: the current release (the default), built
+from Go modules, and v1.20.2, built from Debian bookworm's source package. Choose with the
+``version`` argument or ``MQBALANCE_K8S_VERSION`` (``current``, ``1.20``, or a release such as
+``v1.36.3``). The binaries are built once by ``hack/build-control-plane.sh`` into a per-user
+cache (see docs/local-cluster.md). Everything listens on 127.0.0.1 only, on free ports, so
+several clusters can run side by side. There is no kubelet and no scheduler: tests act those
+out with :mod:`harness.kubelet`.
 
 Only the standard library is imported here, so importing this module is cheap.
 
 Command line::
 
-    python -m harness.cluster up [--dir DIR]   # start, print KUBECONFIG, wait for Ctrl-C
-    python -m harness.cluster build            # build or reuse the binaries
+    python -m harness.cluster up [--dir DIR] [--k8s 1.20]   # start, print KUBECONFIG, wait for Ctrl-C
+    python -m harness.cluster build [--k8s 1.20]            # build or reuse the binaries
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -40,17 +44,24 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-K8S_VERSION = "v1.20.2"
+CURRENT_K8S_VERSION = "v1.37.2"
+"""The release built from Go modules (hack/build-kubernetes.sh's default); the default cluster."""
+LEGACY_K8S_VERSION = "v1.20.2"
+"""Debian bookworm's ``kubernetes`` source package."""
+K8S_VERSION_ENV = "MQBALANCE_K8S_VERSION"
+"""Selects the cluster version when the caller does not: ``current``, ``1.20`` or ``v1.Y.Z``."""
+OLDEST_MODULE_MINOR = 34
+"""The oldest minor release (1.34) that hack/build-kubernetes.sh builds from Go modules."""
 HELM_VERSION = "v3.17.2"
 ADMIN_USER = "mqbalance-admin"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 # Controllers that need kubelets, a cloud provider or a CA we do not run. Garbage collection,
-# namespace deletion and the service-account controllers stay on.
+# namespace deletion and the service-account controllers stay on. Later releases accept these
+# names as aliases of their "-controller" names.
 DISABLED_CONTROLLERS = (
     "nodelifecycle",
-    "cloud-node-lifecycle",
     "attachdetach",
     "csrsigning",
     "csrapproving",
@@ -58,12 +69,16 @@ DISABLED_CONTROLLERS = (
     "bootstrapsigner",
     "tokencleaner",
     "nodeipam",
-    "route",
-    "service",
     "persistentvolume-expander",
     "horizontalpodautoscaling",
     "ttl",
 )
+# 1.20 still runs the cloud provider's controllers; later releases moved them out of the
+# controller manager and refuse the names.
+DISABLED_CONTROLLERS_LEGACY = ("cloud-node-lifecycle", "route", "service")
+# Split out of nodelifecycle in 1.29: evicts pods from tainted nodes, which only a kubelet and
+# the node lifecycle controller would taint.
+DISABLED_CONTROLLERS_CURRENT = ("taint-eviction-controller",)
 
 # ServiceAccount admission would reject pods until the namespace's "default" account exists
 # (a race in every fresh test namespace) and mounts tokens no kubelet will use.
@@ -72,6 +87,7 @@ DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-control-plane.sh"
 _REQUIRED = ("kube-apiserver", "kube-controller-manager", "kubectl")
+_VERSION_RE = re.compile(r"v?1\.(\d+)(?:\.(\d+))?")
 # On SIGTERM kube-apiserver closes its port at once but then waits up to 60 s for open
 # watches to end; nothing here needs that drain.
 _APISERVER_GRACE = 2.0
@@ -97,33 +113,80 @@ def cache_dir() -> Path:
     return Path(xdg) / "mqbalance"
 
 
-def default_bin_dir() -> Path:
-    return cache_dir() / f"k8s-{K8S_VERSION}" / "bin"
-
-
-def binaries_present(bin_dir: Path | None = None) -> bool:
-    directory = bin_dir or default_bin_dir()
-    return (
-        all(os.access(directory / name, os.X_OK) for name in _REQUIRED) and _find_etcd(directory) is not None
+def resolve_version(requested: str | None = None) -> str:
+    """The full release a request names: ``None`` reads ``MQBALANCE_K8S_VERSION`` (default
+    ``current``); ``current`` or its minor (``1.37``) is CURRENT_K8S_VERSION; ``1.20`` or
+    ``v1.20.2`` is LEGACY_K8S_VERSION; ``v1.Y.Z`` with Y >= 34 is that release, built from Go
+    modules."""
+    raw = os.environ.get(K8S_VERSION_ENV, "") if requested is None else requested
+    value = raw.strip() or "current"
+    if value == "current":
+        return CURRENT_K8S_VERSION
+    match = _VERSION_RE.fullmatch(value)
+    if match is not None:
+        minor, patch = int(match.group(1)), match.group(2)
+        legacy_minor = minor_of(LEGACY_K8S_VERSION)
+        if minor == legacy_minor and patch in (None, LEGACY_K8S_VERSION.rsplit(".", 1)[1]):
+            return LEGACY_K8S_VERSION
+        if patch is None and minor == minor_of(CURRENT_K8S_VERSION):
+            return CURRENT_K8S_VERSION
+        if patch is not None and minor >= OLDEST_MODULE_MINOR:
+            return f"v1.{minor}.{patch}"
+    where = f"{K8S_VERSION_ENV}={raw!r}" if requested is None else f"Kubernetes version {raw!r}"
+    raise ClusterError(
+        f"{where}: use 'current' ({CURRENT_K8S_VERSION}, the default), '1.20' ({LEGACY_K8S_VERSION}), "
+        f"or a release v1.Y.Z with Y >= {OLDEST_MODULE_MINOR} that the Go module proxy serves"
     )
 
 
-def ensure_binaries(bin_dir: Path | None = None) -> Path:
+def minor_of(version: str) -> int:
+    """``v1.37.2`` -> 37."""
+    match = _VERSION_RE.fullmatch(version)
+    if match is None:
+        raise ClusterError(f"not a Kubernetes version: {version!r}")
+    return int(match.group(1))
+
+
+def is_legacy(version: str) -> bool:
+    """Whether ``version`` is the Debian-built 1.20 (no CEL rules, no field selectors on CRDs)."""
+    return version == LEGACY_K8S_VERSION
+
+
+def default_bin_dir(version: str | None = None) -> Path:
+    return cache_dir() / f"k8s-{resolve_version(version)}" / "bin"
+
+
+def binaries_present(bin_dir: Path | None = None, version: str | None = None) -> bool:
+    resolved = resolve_version(version)
+    directory = bin_dir or default_bin_dir(resolved)
+    # 1.20 uses Debian's etcd from PATH; a module build brings its own next to the apiserver.
+    etcd = _find_etcd(directory) if is_legacy(resolved) else directory / "etcd"
+    return (
+        all(os.access(directory / name, os.X_OK) for name in _REQUIRED)
+        and etcd is not None
+        and os.access(etcd, os.X_OK)
+    )
+
+
+def ensure_binaries(bin_dir: Path | None = None, version: str | None = None) -> Path:
     """Return the bin dir, running the build script first when binaries are missing."""
-    directory = bin_dir or default_bin_dir()
-    if binaries_present(directory):
+    resolved = resolve_version(version)
+    directory = bin_dir or default_bin_dir(resolved)
+    if binaries_present(directory, resolved):
         return directory
-    if bin_dir is not None and bin_dir != default_bin_dir():
+    if bin_dir is not None and bin_dir != default_bin_dir(resolved):
         raise ClusterError(f"control-plane binaries missing in {bin_dir}")
     if not _BUILD_SCRIPT.is_file():
         raise ClusterError(
             f"control-plane binaries missing in {directory} and no build script at {_BUILD_SCRIPT}"
         )
-    print(f"building the local control plane with {_BUILD_SCRIPT} (once; cached)", file=sys.stderr)
-    result = subprocess.run(["bash", str(_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+    print(f"building the local control plane {resolved} with {_BUILD_SCRIPT} (once; cached)", file=sys.stderr)
+    result = subprocess.run(
+        ["bash", str(_BUILD_SCRIPT), "--k8s", resolved], stdout=subprocess.PIPE, text=True, check=False
+    )
     if result.returncode != 0:
-        raise ClusterError(f"{_BUILD_SCRIPT} failed with exit code {result.returncode}")
-    if not binaries_present(directory):
+        raise ClusterError(f"{_BUILD_SCRIPT} --k8s {resolved} failed with exit code {result.returncode}")
+    if not binaries_present(directory, resolved):
         raise ClusterError(f"{_BUILD_SCRIPT} finished but binaries are still missing in {directory}")
     return directory
 
@@ -293,13 +356,17 @@ class LocalCluster:
         bin_dir: str | os.PathLike[str] | None = None,
         ready_timeout: float = 120.0,
         build: bool = True,
+        version: str | None = None,
     ) -> None:
         """Create (not start) a cluster.
 
         ``workdir`` holds certificates, the kubeconfig and component logs; a temporary one
         (removed on stop) is used when omitted. etcd's data always lives in its own tmpfs
         directory. ``build`` lets :meth:`start` run the build script when binaries are missing.
+        ``version`` picks the Kubernetes release (see :func:`resolve_version`); by default
+        ``MQBALANCE_K8S_VERSION``, else the current release.
         """
+        self.version = resolve_version(version)
         self._own_workdir = workdir is None
         self._workdir: Path | None = Path(workdir) if workdir is not None else None
         self._bin_dir_arg = Path(bin_dir) if bin_dir is not None else None
@@ -350,7 +417,12 @@ class LocalCluster:
     def bin_dir(self) -> Path:
         if self._bin_dir is not None:
             return self._bin_dir
-        return self._bin_dir_arg or default_bin_dir()
+        return self._bin_dir_arg or default_bin_dir(self.version)
+
+    @property
+    def legacy(self) -> bool:
+        """Whether this is the 1.20 control plane (no CEL rules, no CRD field selectors)."""
+        return is_legacy(self.version)
 
     @property
     def etcd_url(self) -> str:
@@ -380,12 +452,13 @@ class LocalCluster:
 
     def ensure_binaries(self) -> Path:
         if self._build:
-            self._bin_dir = ensure_binaries(self._bin_dir_arg)
-        elif binaries_present(self.bin_dir):
+            self._bin_dir = ensure_binaries(self._bin_dir_arg, self.version)
+        elif binaries_present(self.bin_dir, self.version):
             self._bin_dir = self.bin_dir
         else:
             raise ClusterError(
-                f"control-plane binaries missing in {self.bin_dir}; run hack/build-control-plane.sh"
+                f"control-plane binaries missing in {self.bin_dir}; run "
+                f"hack/build-control-plane.sh --k8s {self.version}"
             )
         return self._bin_dir
 
@@ -478,7 +551,7 @@ class LocalCluster:
         input: str | None = None,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the matching kubectl (v1.20) against this cluster; output is captured as text."""
+        """Run the kubectl of this cluster's version against it; output is captured as text."""
         argv = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
         result = subprocess.run(
             argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
@@ -487,14 +560,40 @@ class LocalCluster:
             raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
         return result
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-        """A raw authenticated API call; returns (status, decoded JSON or text)."""
+    def apply_crds(
+        self, path: str | os.PathLike[str], names: Sequence[str] = (), timeout: float = 60.0
+    ) -> None:
+        """``kubectl apply -f path``, then wait until the CRDs ``names`` are Established.
+
+        On 1.20 kubectl's client-side validation refuses the fields 1.20 does not know
+        (x-kubernetes-validations, selectableFields), so it is turned off there; the server then
+        drops those fields, as every API server drops what it does not know.
+        """
+        validate = ["--validate=false"] if self.legacy else []
+        self.kubectl("apply", *validate, "-f", str(path))
+        for name in names:
+            self.kubectl("wait", "--for=condition=Established", f"crd/{name}", f"--timeout={timeout:.0f}s")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 10.0,
+        *,
+        content_type: str | None = None,
+    ) -> tuple[int, Any]:
+        """A raw authenticated API call; returns (status, decoded JSON or text).
+
+        ``body`` is sent as JSON; a PATCH is a JSON merge patch unless ``content_type`` says otherwise.
+        """
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self._token}")
         req.add_header("Accept", "application/json")
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            default = "application/merge-patch+json" if method == "PATCH" else "application/json"
+            req.add_header("Content-Type", content_type or default)
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context()) as resp:
                 status, raw = resp.status, resp.read()
@@ -505,6 +604,23 @@ class LocalCluster:
             return status, json.loads(text)
         except ValueError:
             return status, text
+
+    def service_account_token(self, namespace: str, name: str, *, expiration_seconds: int = 3600) -> str:
+        """A bound token of the ServiceAccount from the TokenRequest API, as a kubelet mounts it.
+
+        Both versions serve TokenRequest; only 1.20 also puts a token in a Secret (1.24 stopped).
+        """
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds},
+        }
+        status, answer = self.request("POST", path, body)
+        token = answer.get("status", {}).get("token") if isinstance(answer, dict) else None
+        if status != 201 or not isinstance(token, str):
+            raise ClusterError(f"TokenRequest for ServiceAccount {namespace}/{name}: {status} {answer}")
+        return token
 
     def logs(self, lines: int = 25) -> str:
         """The tail of every component's log, for error messages."""
@@ -638,7 +754,7 @@ class LocalCluster:
             "--advertise-address=127.0.0.1",
             "--bind-address=127.0.0.1",
             f"--secure-port={self._apiserver_port}",
-            "--insecure-port=0",
+            *self._apiserver_version_flags(),
             f"--etcd-servers={self.etcd_url}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -661,14 +777,23 @@ class LocalCluster:
         self._apiserver.start()
         self._wait_apiserver_ready(self._apiserver)
 
+    def _apiserver_version_flags(self) -> list[str]:
+        if self.legacy:
+            # 1.20 serves plain HTTP on 8080 unless told not to; 1.24 removed the flag.
+            return ["--insecure-port=0"]
+        return []
+
     def _start_controller_manager(self) -> None:
         pki = self.workdir / "pki"
-        controllers = ",".join(["*", *(f"-{name}" for name in DISABLED_CONTROLLERS)])
+        extra = DISABLED_CONTROLLERS_LEGACY if self.legacy else DISABLED_CONTROLLERS_CURRENT
+        disabled = DISABLED_CONTROLLERS + extra
+        controllers = ",".join(["*", *(f"-{name}" for name in disabled)])
         argv = [
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1",
-            "--port=0",  # no insecure serving port
+            # 1.20 also serves plain HTTP on 10252 unless told not to (the flag is gone since 1.24).
+            *(["--port=0"] if self.legacy else []),
             "--secure-port=0",  # no fixed 10257 port: several clusters run side by side
             "--leader-elect=false",
             f"--controllers={controllers}",
@@ -738,13 +863,14 @@ def _cmd_up(args: argparse.Namespace) -> int:
     # background job of a non-interactive shell).
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    cluster = LocalCluster(args.dir, bin_dir=args.bin_dir)
+    cluster = LocalCluster(args.dir, bin_dir=args.bin_dir, version=args.k8s)
     started = time.monotonic()
     with cluster:
         elapsed = time.monotonic() - started
-        print(f"# control plane {K8S_VERSION} ready in {elapsed:.1f} s at {cluster.server}", file=sys.stderr)
+        version = cluster.version
+        print(f"# control plane {version} ready in {elapsed:.1f} s at {cluster.server}", file=sys.stderr)
         print(
-            f"# logs: {cluster.workdir / 'logs'}; kubectl {K8S_VERSION}: {cluster.bin_dir / 'kubectl'}",
+            f"# logs: {cluster.workdir / 'logs'}; kubectl {version}: {cluster.bin_dir / 'kubectl'}",
             file=sys.stderr,
         )
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
@@ -760,7 +886,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    print(ensure_binaries(args.bin_dir))
+    print(ensure_binaries(args.bin_dir, args.k8s))
     return 0
 
 
@@ -778,6 +904,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     build = sub.add_parser("build", help="build or reuse the control-plane binaries; print their directory")
     build.add_argument("--bin-dir", type=Path, default=None)
     build.set_defaults(func=_cmd_build)
+    for command in (up, build):
+        command.add_argument(
+            "--k8s",
+            metavar="VERSION",
+            default=None,
+            help=f"'current' ({CURRENT_K8S_VERSION}), '1.20' ({LEGACY_K8S_VERSION}) or v1.Y.Z "
+            f"(default: ${K8S_VERSION_ENV}, else current)",
+        )
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -76,14 +76,7 @@ class Demo:
         from kubernetes import client
 
         step("installing the CRDs: kubectl apply -f crds/")
-        self.cluster.kubectl("apply", "-f", str(CRDS))
-        self.cluster.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/topics.mqbalance.io",
-            "crd/consumergroups.mqbalance.io",
-        )
+        self.cluster.apply_crds(CRDS, ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
         step(f"applying examples/topic.yaml and examples/consumergroup.yaml in namespace {NAMESPACE}")
         for name in ("topic.yaml", "consumergroup.yaml"):
@@ -307,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         demo: Demo | None = None
         try:
             cluster.start()
-            step(f"control plane ready at {cluster.server}")
+            step(f"control plane (Kubernetes {cluster.version}) ready at {cluster.server}")
             demo = Demo(cluster, workdir, args.timeout)
             demo.run()
         except (DemoError, ClusterError, subprocess.CalledProcessError) as exc:

@@ -1,8 +1,9 @@
 """Reading Topic and ConsumerGroup specs into core types.
 
-The CRD schemas reject most bad input at admission; this module catches what a
-schema cannot express (Kubernetes 1.20 has no CEL rules) and what only makes sense
-against other objects, with messages that say what to fix. It also fills in the
+The CRD schemas reject most bad input at admission, and on Kubernetes 1.28 and later
+their CEL rules reject the selector, CONFIG, MACHINE_ROOM and name-length mistakes below
+too. This module checks all of it again, since older servers (1.20) drop the rules, plus
+what only makes sense against other objects, with messages that say what to fix. It also fills in the
 schema's defaults, so objects created before a default existed read the same.
 """
 

@@ -18,6 +18,7 @@ from harness.cluster import LocalCluster
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]
+CRD_NAMES = ("topics.mqbalance.io", "consumergroups.mqbalance.io")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -37,9 +38,7 @@ def cluster() -> Iterator[LocalCluster]:
 @pytest.fixture(scope="session")
 def crds(cluster: LocalCluster) -> None:
     """The project's CustomResourceDefinitions, applied once and Established."""
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    for name in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    cluster.apply_crds(REPO / "crds", CRD_NAMES)
 
 
 def _client(cluster: LocalCluster) -> client.ApiClient:

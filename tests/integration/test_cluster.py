@@ -269,7 +269,7 @@ def _pids_alive(pids: list[int]) -> list[int]:
 
 
 def test_second_cluster_runs_alongside_and_survives_restarts(cluster: LocalCluster) -> None:
-    with LocalCluster() as second:
+    with LocalCluster(version=cluster.version) as second:
         assert second.server != cluster.server
         assert second.kubeconfig != cluster.kubeconfig
         pids = list(second.pids.values())
@@ -297,7 +297,8 @@ def test_python_client_reads_generated_kubeconfig(cluster: LocalCluster) -> None
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
     try:
         version: Any = client.VersionApi(api).get_code()
-        assert version.git_version == "v1.20.2"
+        assert version.git_version == cluster.version
+        assert f"v{version.major}.{version.minor}" == cluster.version.rsplit(".", 1)[0]
     finally:
         api.close()
 
@@ -310,7 +311,7 @@ def test_cli_up_prints_kubeconfig_and_stops_on_ctrl_c(cluster: LocalCluster, tmp
     stderr_path = tmp_path / "up.stderr"
     with stderr_path.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cluster", "up", "--dir", str(workdir)],
+            [sys.executable, "-m", "harness.cluster", "up", "--dir", str(workdir), "--k8s", cluster.version],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -341,6 +342,7 @@ def test_cli_up_prints_kubeconfig_and_stops_on_ctrl_c(cluster: LocalCluster, tmp
         assert out.stdout.strip() == "namespace/default"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(DEADLINE) == 0
+        assert f"control plane {cluster.version} ready" in stderr_path.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -38,21 +38,15 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def service_account_token(cluster: LocalCluster, namespace: str, name: str, timeout: float = 60.0) -> str:
-    """The token the token controller (kube-controller-manager) made for the ServiceAccount."""
+    """A bound token of the ServiceAccount (TokenRequest), once the account exists."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status, sa = cluster.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
-        for ref in (sa.get("secrets") or []) if status == 200 else []:
-            status, secret = cluster.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}")
-            token = (secret.get("data") or {}).get("token") if status == 200 else None
-            if token:
-                import base64
-
-                return base64.b64decode(token).decode()
+    while True:
+        status, _ = cluster.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+        if status == 200:
+            return cluster.service_account_token(namespace, name)
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"ServiceAccount {namespace}/{name} did not appear within {timeout:.0f} s")
         time.sleep(0.2)
-    raise AssertionError(
-        f"no token secret appeared for ServiceAccount {namespace}/{name} within {timeout:.0f} s"
-    )
 
 
 def service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str, path: Path) -> Path:

@@ -10,19 +10,30 @@ once, references between objects, deep junk). Fates:
 - ``not-ready:<Reason>``: accepted and valid; the group reports Ready=False with that reason;
 - ``served``: accepted and served (Ready=True), e.g. unknown fields the schema prunes.
 
-The 1.20 API server turns an empty string in a custom object into null before validation, so ""
-in any string field is rejected (``must be string``) even where the schema would allow it: a
-Topic broker's ``zone: ""`` cannot mean "unknown"; leave the field out instead.
+A case's fate is the one on the current API server; ``legacy_fate`` says where 1.20 differs:
+
+- the CRDs' CEL rules (x-kubernetes-validations) reject at admission what the operator would
+  report as Invalid, with the rule's message; 1.20 drops the rules, so the operator reports it;
+- the 1.20 API server turns an empty string in a custom object into null before validation, so
+  "" in any string field is rejected (``must be string``) even where the schema allows it: a
+  Topic broker's ``zone: ""`` cannot mean "unknown" there; leave the field out instead.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 PROBE_LABELS = {"probe": "yes"}
 DEEP = 60
+
+# The messages of the CRDs' CEL rules (crds/mqbalance.io_consumergroups.yaml), as the 422 quotes them.
+MACHINE_ROOM_NEEDS_IDCS = "strategy MACHINE_ROOM needs spec.strategy.consumerIdcs: list the idcs"
+CONFIG_NEEDS_MAP = "strategy CONFIG needs spec.strategy.config: map member pod names to their queues"
+VALUES_NEEDED = "operators In and NotIn need at least one value in values"
+NO_VALUES = "operators Exists and DoesNotExist take no values; remove values"
+NAME_TOO_LONG = "metadata.name may have at most 63 characters"
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,21 @@ class Case:
     resource_name: str | None = None
     """metadata.name when the case is about the name itself."""
     note: str = ""
+    message: str = ""
+    """For ``rejected``: text the 422 must contain (a CEL rule's message)."""
+    legacy_fate: str | None = None
+    """The fate on Kubernetes 1.20 when it differs (see the module's docstring)."""
+
+    def on(self, legacy: bool) -> Case:
+        """The case as the given server version treats it."""
+        if not legacy or self.legacy_fate is None:
+            return self
+        return replace(self, fate=self.legacy_fate, message="", legacy_fate=None)
+
+
+def cel_rejected(where: str, message: str) -> dict[str, str]:
+    """Fields of a case the current server's CEL rules reject and 1.20's operator reports."""
+    return {"fate": "rejected", "where": where, "message": message, "legacy_fate": "invalid:InvalidSpec"}
 
 
 def base_topic() -> dict[str, Any]:
@@ -95,8 +121,8 @@ TOPIC_REJECT: dict[str, list[Any]] = {
     "brokers[0].writeQueueNums": [-1, 1025, "x", 3.25, None, ...],
     "brokers[0].perm": [16, -1, "6", 6.5],
     "brokers[0].name": ["", "has space", "x" * 128, "ünïcode", "a/b", None, 42, ...],
-    "brokers[0].zone": ["", "z" * 64, 7, ["zone-a"]],
-    "topicName": ["", "has space", "t" * 128, "topic/with/slash", "日本", 1],
+    "brokers[0].zone": ["z" * 64, 7, ["zone-a"]],
+    "topicName": ["has space", "t" * 128, "topic/with/slash", "日本", 1],
 }
 GROUP_REJECT: dict[str, list[Any]] = {
     "topics": [
@@ -119,6 +145,7 @@ GROUP_REJECT: dict[str, list[Any]] = {
         [{"operator": "In"}],
         [{"key": "a", "operator": "Like"}],
         [{"key": "a", "operator": "In", "values": [1]}],
+        [{"key": "", "operator": "Exists"}],
         ["In"],
     ],
     "messageModel": ["CLUSTER", "clustering", 1, "", "BROADCAST"],
@@ -179,16 +206,36 @@ def hand_written() -> list[Case]:
             "invalid:TopicNotFound",
         ),
         Case(
+            "Topic",
+            "broker listed twice",
+            {"brokers": [*base_topic()["brokers"], {**base_topic()["brokers"][0]}]},
+            "rejected",
+            "spec.brokers[2]",
+        ),
+        # Rejected by the CEL rules of the current server, reported by the operator on 1.20.
+        Case(
             "ConsumerGroup",
             "MACHINE_ROOM without idcs",
             {**base_group(), "strategy": {"name": "MACHINE_ROOM"}},
-            "invalid:InvalidSpec",
+            **cel_rejected("spec.strategy.consumerIdcs", MACHINE_ROOM_NEEDS_IDCS),
+        ),
+        Case(
+            "ConsumerGroup",
+            "MACHINE_ROOM with no idcs",
+            {**base_group(), "strategy": {"name": "MACHINE_ROOM", "consumerIdcs": []}},
+            **cel_rejected("spec.strategy.consumerIdcs", MACHINE_ROOM_NEEDS_IDCS),
         ),
         Case(
             "ConsumerGroup",
             "CONFIG without map",
             {**base_group(), "strategy": {"name": "CONFIG"}},
-            "invalid:InvalidSpec",
+            **cel_rejected("spec.strategy.config", CONFIG_NEEDS_MAP),
+        ),
+        Case(
+            "ConsumerGroup",
+            "CONFIG with an empty map",
+            {**base_group(), "strategy": {"name": "CONFIG", "config": {}}},
+            **cel_rejected("spec.strategy.config", CONFIG_NEEDS_MAP),
         ),
         Case(
             "ConsumerGroup",
@@ -209,7 +256,16 @@ def hand_written() -> list[Case]:
             "ConsumerGroup",
             "In without values",
             {**base_group(), "selector": {"matchExpressions": [{"key": "probe", "operator": "In"}]}},
-            "invalid:InvalidSpec",
+            **cel_rejected("spec.selector.matchExpressions[0].values", VALUES_NEEDED),
+        ),
+        Case(
+            "ConsumerGroup",
+            "NotIn with no values",
+            {
+                **base_group(),
+                "selector": {"matchExpressions": [{"key": "probe", "operator": "NotIn", "values": []}]},
+            },
+            **cel_rejected("spec.selector.matchExpressions[0].values", VALUES_NEEDED),
         ),
         Case(
             "ConsumerGroup",
@@ -218,15 +274,51 @@ def hand_written() -> list[Case]:
                 "topics": ["orders"],
                 "selector": {"matchExpressions": [{"key": "probe", "operator": "Exists", "values": ["yes"]}]},
             },
-            "invalid:InvalidSpec",
+            **cel_rejected("spec.selector.matchExpressions[0].values", NO_VALUES),
+        ),
+        Case(
+            "ConsumerGroup",
+            "DoesNotExist with values",
+            {
+                "topics": ["orders"],
+                "selector": {
+                    "matchExpressions": [
+                        {"key": "probe", "operator": "Exists"},
+                        {"key": "app", "operator": "DoesNotExist", "values": ["x"]},
+                    ]
+                },
+            },
+            **cel_rejected("spec.selector.matchExpressions[1].values", NO_VALUES),
         ),
         Case(
             "ConsumerGroup",
             "name longer than a label value",
             base_group(),
-            "invalid:InvalidSpec",
             resource_name="g" * 64,
             note="the group name is the ConfigMap's mqbalance.io/group label value (at most 63 characters)",
+            **cel_rejected("metadata.name", NAME_TOO_LONG),
+        ),
+        Case(
+            "ConsumerGroup", "name as long as a label value", base_group(), "served", resource_name="g" * 63
+        ),
+        # An empty string: 1.20 reads it as null and rejects it; the current server keeps it.
+        Case(
+            "Topic",
+            "empty zone",
+            _set(base_topic(), "brokers[0].zone", ""),
+            "served",
+            legacy_fate="rejected",
+            where="spec.brokers[0].zone",
+            note="'' is the unknown zone, as when zone is left out",
+        ),
+        Case(
+            "Topic",
+            "empty topicName",
+            {**base_topic(), "topicName": ""},
+            "served",
+            legacy_fate="rejected",
+            where="spec.topicName",
+            note="'' means the resource name, as when topicName is left out",
         ),
         # Valid but serving nothing, reported in status.
         Case(
@@ -342,8 +434,9 @@ def hand_written() -> list[Case]:
     ]
 
 
-def corpus() -> list[Case]:
-    return generated() + hand_written()
+def corpus(legacy: bool = False) -> list[Case]:
+    """Every case, with the fates of the current server or (``legacy``) of 1.20."""
+    return [case.on(legacy) for case in generated() + hand_written()]
 
 
 def _short(value: Any) -> str:

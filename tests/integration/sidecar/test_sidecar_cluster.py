@@ -6,7 +6,6 @@ this tests the sidecar alone; the operator's own tests cover the other half.
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 from collections.abc import Callable
@@ -197,7 +196,7 @@ def test_a_role_narrowed_to_the_one_configmap_is_enough(
             "subjects": [{"kind": "ServiceAccount", "name": "sidecar", "namespace": namespace}],
         },
     )
-    token = wait_for("the service account's token", lambda: _sa_token(cluster, namespace, "sidecar"))
+    token = cluster.service_account_token(namespace, "sidecar")
     kubeconfig = json.loads(cluster.kubeconfig.read_text())
     for user in kubeconfig["users"]:
         user["user"] = {"token": token}
@@ -221,13 +220,3 @@ def test_a_role_narrowed_to_the_one_configmap_is_enough(
     assert view["generation"] == 4
     assert queue_ids(view) == [3]
     assert sidecar.metric("mqbalance_sidecar_watch_restarts_total", resource="configmap") in (None, 0.0)
-
-
-def _sa_token(cluster: LocalCluster, namespace: str, account: str) -> str | None:
-    # Kubernetes 1.20's token controller puts the account's token in a Secret it names.
-    ns = f"/api/v1/namespaces/{namespace}"
-    for ref in api(cluster, "GET", f"{ns}/serviceaccounts/{account}").get("secrets") or []:
-        secret = api(cluster, "GET", f"{ns}/secrets/{ref['name']}")
-        if "token" in (secret.get("data") or {}):
-            return base64.b64decode(secret["data"]["token"]).decode()
-    return None

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Build (once) and cache a current Kubernetes release from Go modules: kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl of
+# k8s.io/kubernetes VERSION, plus the etcd server that release is tested with, all with the
+# machine's Go toolchain. See docs/local-cluster.md.
+#
+# `go install k8s.io/kubernetes/cmd/...@VERSION` is refused: the module's go.mod replaces its
+# k8s.io/* staging modules with ./staging paths. So a scratch module requires
+# k8s.io/kubernetes VERSION and replaces every staging module with its published v0.Y.Z twin,
+# generated from that go.mod's own replace block.
+#
+# Idempotent: the binaries live in a per-user cache outside the repository, with a stamp of
+# the inputs; a run with the stamp in place returns at once. A per-version lock makes
+# concurrent runs wait for each other instead of building twice.
+#
+# Usage: hack/build-kubernetes.sh [--print-bin-dir] [VERSION]     (VERSION default below)
+# Env:   MQBALANCE_CACHE  (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
+#        MQBALANCE_GO     the go command (default /usr/local/go/bin/go, else go on PATH)
+#        MQBALANCE_GO_CACHE  Go module and build caches (default $MQBALANCE_CACHE/go)
+set -euo pipefail
+
+# The newest release the Go module proxy serves that builds with Go 1.26.
+DEFAULT_VERSION="v1.37.2"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd)
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+print_only=0
+VERSION=""
+for arg in "$@"; do
+  case "$arg" in
+    --print-bin-dir) print_only=1 ;;
+    v[0-9]*.*.*) VERSION="$arg" ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) die "unknown argument '$arg'; give a release such as $DEFAULT_VERSION" ;;
+  esac
+done
+VERSION="${VERSION:-$DEFAULT_VERSION}"
+[[ "$VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || die "VERSION must look like v1.Y.Z, got '$VERSION'"
+MINOR="${BASH_REMATCH[1]}"
+STAGING_VERSION="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+((MINOR >= 34)) || die "$VERSION is older than 1.34; use hack/build-control-plane.sh --k8s 1.20 for the old one"
+
+CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
+K8S_DIR="$CACHE/k8s-$VERSION"
+K8S_BIN="$K8S_DIR/bin"
+K8S_STAMP="$K8S_DIR/.stamp"
+GO_CACHE="${MQBALANCE_GO_CACHE:-$CACHE/go}"
+# Bumping the recipe invalidates the cache.
+STAMP_TEXT="kubernetes=$VERSION staging=$STAGING_VERSION from=go-modules cgo=0 what=${BINARIES[*]}"
+
+if ((print_only)); then
+  echo "$K8S_BIN"
+  exit 0
+fi
+
+ready() {
+  [[ -f "$K8S_STAMP" ]] && [[ "$(cat "$K8S_STAMP")" == "$STAMP_TEXT" ]] &&
+    for b in "${BINARIES[@]}"; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
+}
+
+find_go() {
+  local go="${MQBALANCE_GO:-}"
+  if [[ -z "$go" ]]; then
+    if [[ -x /usr/local/go/bin/go ]]; then
+      go=/usr/local/go/bin/go
+    else
+      go="$(command -v go || true)"
+    fi
+  fi
+  [[ -n "$go" && -x "$go" ]] ||
+    die "no Go toolchain: install Go (the release's go.mod names the minimum) or set MQBALANCE_GO"
+  echo "$go"
+}
+
+version_ge() {  # version_ge A B: A >= B for dotted versions (1.26.8 >= 1.26.0)
+  [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]
+}
+
+go_line() {  # go_line GOMOD KEYWORD: the value of the first 'KEYWORD x' line
+  awk -v k="$2" '$1 == k { print $2; exit }' "$1"
+}
+
+write_scratch_module() {  # write_scratch_module DIR UPSTREAM_GOMOD
+  local dir="$1" upstream="$2" go_version
+  go_version="$(go_line "$upstream" go)"
+  {
+    echo "module mqbalance.invalid/kubernetes-build"
+    echo
+    echo "go $go_version"
+    # The main module's godebug settings decide runtime defaults: keep upstream's.
+    grep -E '^godebug ' "$upstream" || true
+    echo
+    echo "require k8s.io/kubernetes $VERSION"
+    echo
+    echo "replace ("
+    # Upstream: 'k8s.io/api => ./staging/src/k8s.io/api'; here: the published module.
+    sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9.-]*\) => \./staging/src/k8s\.io/[a-z0-9.-]*[[:space:]]*$#\t\1 => \1 '"$STAGING_VERSION"'#p' \
+      "$upstream"
+    echo ")"
+  } >"$dir/go.mod"
+  grep -q "k8s.io/apiserver => k8s.io/apiserver $STAGING_VERSION" "$dir/go.mod" ||
+    die "could not read the staging replacements from $upstream"
+
+  # Imports that make `go mod tidy` record every module the binaries need.
+  {
+    echo "//go:build tools"
+    echo
+    echo "package tools"
+    echo
+    echo "import ("
+    local b
+    for b in "${BINARIES[@]}"; do
+      [[ "$b" == etcd ]] || echo "	_ \"k8s.io/kubernetes/cmd/$b\""
+    done
+    echo "	_ \"go.etcd.io/etcd/server/v3/etcdmain\""
+    echo ")"
+  } >"$dir/tools.go"
+
+  # etcd: the server module's own entry point, at the version this release requires.
+  mkdir -p "$dir/etcd"
+  cat >"$dir/etcd/main.go" <<'EOF'
+// Command etcd is the etcd server, as go.etcd.io/etcd/v3's main.go starts it.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
+EOF
+}
+
+build() {
+  local go work upstream need have start ldflags date
+  start=$SECONDS
+  go="$(find_go)"
+  mkdir -p "$CACHE" "$GO_CACHE"
+  export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-modcacherw -buildvcs=false"
+  export GOMODCACHE="$GO_CACHE/mod" GOCACHE="$GO_CACHE/build"
+  work="$(mktemp -d "$CACHE/build-$VERSION.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+
+  log "resolving k8s.io/kubernetes@$VERSION through the Go module proxy"
+  upstream="$(cd "$work" && "$go" mod download -json "k8s.io/kubernetes@$VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+  [[ -f "$upstream" ]] || die "the Go module proxy did not serve k8s.io/kubernetes@$VERSION"
+  need="$(go_line "$upstream" go)"
+  have="$("$go" env GOVERSION)"
+  have="${have#go}"
+  version_ge "$have" "$need" ||
+    die "Kubernetes $VERSION needs Go >= $need, $go is $have: install a newer Go, set MQBALANCE_GO, or pick an older release"
+  date="$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$(dirname "$upstream")/$VERSION.info" 2>/dev/null || true)"
+
+  write_scratch_module "$work" "$upstream"
+  log "fetching modules (go mod tidy)"
+  (cd "$work" && "$go" mod tidy >"$work/tidy.log" 2>&1) ||
+    { tail -n 40 "$work/tidy.log" >&2; die "go mod tidy failed for kubernetes $VERSION"; }
+
+  # What upstream's hack/lib/version.sh stamps, so --version and /version say the release.
+  ldflags="-s -w"
+  local pkg key value
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    for key in "gitVersion=$VERSION" "gitMajor=1" "gitMinor=$MINOR" "gitTreeState=clean" \
+      "buildDate=${date:-1970-01-01T00:00:00Z}"; do
+      value="${key#*=}"
+      ldflags+=" -X '$pkg.${key%%=*}=$value'"
+    done
+  done
+
+  log "building ${BINARIES[*]} $VERSION with $("$go" env GOVERSION) (10-20 minutes cold on 2 cores)"
+  local targets=() b
+  for b in "${BINARIES[@]}"; do
+    [[ "$b" == etcd ]] || targets+=("k8s.io/kubernetes/cmd/$b")
+  done
+  mkdir -p "$work/out"
+  (
+    cd "$work"
+    # Upstream's release tags: selinux, no test hooks, no x/net/trace in gRPC.
+    "$go" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/out/" "${targets[@]}" &&
+      "$go" build -trimpath -ldflags "-s -w" -o "$work/out/etcd" ./etcd
+  ) >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log" >&2; die "kubernetes $VERSION build failed"; }
+
+  "$work/out/kube-apiserver" --version | grep -qx "Kubernetes $VERSION" ||
+    die "kube-apiserver reports '$("$work/out/kube-apiserver" --version 2>&1)', expected Kubernetes $VERSION"
+  rm -rf "$K8S_BIN"
+  mkdir -p "$K8S_BIN"
+  for b in "${BINARIES[@]}"; do
+    install -m 0755 "$work/out/$b" "$K8S_BIN/$b"
+  done
+  echo "$STAMP_TEXT" >"$K8S_STAMP"
+  rm -rf "$work"
+  trap - EXIT
+  log "built kubernetes $VERSION and etcd $("$K8S_BIN/etcd" --version | sed -n 's/^etcd Version: //p') in $((SECONDS - start)) s"
+}
+
+main() {
+  mkdir -p "$CACHE"
+  exec 8>"$CACHE/.build-k8s-$VERSION.lock"
+  flock 8
+  if ready; then
+    log "kubernetes $VERSION already built"
+  else
+    build
+  fi
+  echo "$K8S_BIN"
+}
+
+main
