@@ -1,6 +1,7 @@
-"""Operator scale: a cold start publishing N groups, beside writing N ConfigMaps with the same client.
+"""Operator scale: a cold start publishing N groups, beside the writes the contract needs (each group's
+ConfigMap and status) made with the operator's own client, in one run.
 
-    python bench/bench_operator_scale.py [--groups 1000] [--namespaces 1] [--profile]
+    python bench/bench_operator_scale.py [--groups 1000] [--namespaces 1] [--replicas 3] [--profile]
 
 Creates N Topics (32 queues each, brokers in two of three zones), N ConsumerGroups
 (STICKY with zone affinity) and 8 Ready pods per group spread over nodes in three
@@ -16,9 +17,15 @@ zones (the setup is timed on its own), then
 3. restarts the operator and times it until every group has reconciled once (from its
    /metrics): the restart of an operator whose groups are all published, with nothing
    to write;
-4. stops the operator and writes the same N ConfigMaps (the documents it published)
-   with the operator's own client and concurrency (the sync kubernetes client, 8
-   threads) into a fresh namespace: the floor of the cold start.
+4. with ``--replicas R`` (R > 1), deletes every assignment ConfigMap and starts R replicas
+   sharding the groups (``--leader-election --shards``), and times them until every group is
+   published again: the same cold start split over replicas;
+5. stops the operators and makes, for N groups of a fresh namespace, the writes the contract
+   needs on a first publish (a ConfigMap create and a status patch per group), with the
+   operator's own client (``mqbalance.kube.KubeClient``) and concurrency (8 at once): the floor.
+
+Memory per group is the operator's RSS after the cold start over N, and the same beside an
+operator started on an empty namespace (its baseline: the interpreter and libraries).
 
 ``--profile`` samples the operator with py-spy during the cold start and the restart
 and prints where its CPU went. The API server, etcd and the controller manager share the machine's
@@ -28,6 +35,7 @@ cores with the operator and the bench.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import shutil
 import signal
@@ -61,10 +69,44 @@ from bench.common import (
 )
 from harness.kubeapi import KubeApi
 from harness.processes import OperatorProcess
+from mqbalance.contract import custom_path
+from mqbalance.kube import KubeClient
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 NODES_PER_ZONE = 2
 MANAGED = "app.kubernetes.io/managed-by=mqbalance"
+
+
+async def floor_writes(
+    kubeconfig: Path,
+    namespace: str,
+    groups: list[str],
+    bodies: list[dict[str, Any]],
+    status: dict[str, Any],
+    workers: int,
+) -> float:
+    """Seconds to create each group's ConfigMap and patch its status, ``workers`` groups at once."""
+    client = await KubeClient.connect(kubeconfig, requests=32)
+    slots = asyncio.Semaphore(workers)
+
+    async def one(group: str, body: dict[str, Any]) -> None:
+        async with slots:
+            await client.create(f"/api/v1/namespaces/{namespace}/configmaps", body)
+            await client.merge_patch(
+                custom_path("consumergroups", namespace, group) + "/status", {"status": status}
+            )
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(g, b) for g, b in zip(groups, bodies, strict=True)))
+    elapsed = time.perf_counter() - started
+    await client.close()
+    return elapsed
+
+
+def get_status(api: KubeApi, namespace: str, group: str) -> dict[str, Any]:
+    path = custom_path("consumergroups", namespace, group)
+    status: dict[str, Any] = api.request("GET", path).get("status") or {}
+    return status
 
 
 def namespace_of(index: int, groups: int, namespaces: int) -> str:
@@ -222,6 +264,10 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=16, help="threads creating the objects")
     p.add_argument("--idle", type=float, default=20.0, help="seconds of steady state measured")
     p.add_argument("--changes", type=int, default=40, help="rebalances of one group while the others idle")
+    p.add_argument(
+        "--replicas", type=int, default=1, help="also time a cold start by this many sharding replicas"
+    )
+    p.add_argument("--shards", type=int, default=12, help="shards of the sharded cold start")
     p.add_argument("--profile", action="store_true", help="sample the operator's cold start with py-spy")
     p.add_argument("--profile-raw", type=Path, help="also keep py-spy's collapsed stacks in this file")
     args = p.parse_args()
@@ -249,7 +295,24 @@ def main() -> int:
             elif kind != "DELETED" and obj["metadata"]["namespace"] == namespaces[0]:
                 arrivals.add(name, at, generation_of(obj))
 
-        watch = Watch(cluster, "/api/v1/configmaps", on_configmap)
+        # The operator with nothing to do: the interpreter and libraries, to tell per-group memory apart.
+        create_namespace(api, "scale-empty")
+        empty = OperatorProcess(cluster, ["scale-empty"], workdir, "--log-level", "WARNING")
+        empty.start()
+        time.sleep(3)
+        baseline_rss = rss_mib(empty.pid)
+        empty.stop()
+
+        republished = Published(args.groups)
+        watch_phase = ["cold"]
+
+        def on_any_configmap(at: float, kind: str, obj: dict[str, Any]) -> None:
+            if watch_phase[0] == "replicas":
+                republished.on_event(at, kind, obj)
+            else:
+                on_configmap(at, kind, obj)
+
+        watch = Watch(cluster, "/api/v1/configmaps", on_any_configmap)
         watch.start()
         scope = ["--all-namespaces"] if len(namespaces) > 1 else []
         operator = OperatorProcess(
@@ -331,6 +394,46 @@ def main() -> int:
             restart_cpu = cpu_seconds(operator.pid)
             stop_profiler(profiler)
             profiler = None
+            status_sample = get_status(api, namespaces[0], "g00000")
+
+            sharded = 0.0
+            if args.replicas > 1:
+                # The same cold start split over replicas: every ConfigMap goes, R replicas publish again.
+                operator.stop()
+                watch_phase[0] = "replicas"
+                for ns in namespaces:
+                    api.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps?labelSelector={MANAGED}")
+                lease = ["--leader-election", "scale", "--lease-namespace", namespaces[0]]
+                lease += ["--shards", str(args.shards), "--lease-duration", "6", *scope]
+                replicas = []
+                for r in range(args.replicas):
+                    replica_dir = workdir / f"replica-{r}"
+                    replica_dir.mkdir()
+                    replicas.append(
+                        OperatorProcess(
+                            cluster,
+                            [] if scope else namespaces,
+                            replica_dir,
+                            "--log-level",
+                            "WARNING",
+                            *lease,
+                        )
+                    )
+                for replica in replicas:
+                    replica.spawn()
+                try:
+                    deadline = time.monotonic() + 3600
+                    while not republished.done.wait(0.2):
+                        for replica in replicas:
+                            replica.check()
+                        if time.monotonic() > deadline:
+                            raise SystemExit(
+                                f"the replicas published {len(republished.names)} groups in an hour"
+                            )
+                    sharded = republished.all_at - replicas[0].started_at
+                finally:
+                    for replica in replicas:
+                        replica.stop()
         except BaseException:
             print(f"operator log tail:\n{operator.tail(60)}", file=sys.stderr)
             raise
@@ -339,17 +442,20 @@ def main() -> int:
                 profiler.kill()
             operator.stop()
 
-        # The floor: the same documents written by the same client with the operator's concurrency.
+        # The floor: what a first publish must write per group (its ConfigMap, its status), with the
+        # operator's own client and concurrency, for the same number of groups in a fresh namespace.
         floor_ns = "scale-floor"
         create_namespace(api, floor_ns)
-        floor_api = kube_api(cluster, pool=8)
+        floor_groups = [f"f{i:05d}" for i in range(args.groups)]
+        spec = {"topics": ["none"], "selector": {"matchLabels": {"app": "none"}}, "debounceSeconds": 0}
+        run_parallel([lambda g=g: create_group(api, floor_ns, g, spec) for g in floor_groups], args.workers)  # type: ignore[misc]
         bodies = [
-            {"metadata": {"name": name, "labels": {"bench": "floor"}}, "data": data}
-            for (_, name), data in sorted(published.data.items())
+            {"metadata": {"name": f"{g}-assignment", "labels": {"bench": "floor"}}, "data": data}
+            for g, (_, data) in zip(floor_groups, sorted(published.data.items()), strict=True)
         ]
-        path = f"/api/v1/namespaces/{floor_ns}/configmaps"
-        floor_seconds = run_parallel([lambda b=b: floor_api.request("POST", path, b) for b in bodies], 8)  # type: ignore[misc]
-        floor_api.close()
+        floor_seconds = asyncio.run(
+            floor_writes(cluster.kubeconfig, floor_ns, floor_groups, bodies, status_sample, workers=8)
+        )
         api.close()
         if watch.error is not None:
             raise SystemExit(f"the ConfigMap watch failed: {watch.error!r}")
@@ -382,7 +488,11 @@ def main() -> int:
             f"{cold:.1f} s",
             f"{cold / floor_seconds:.2f}x",
         ],
-        [f"floor: write {len(bodies)} ConfigMaps, same client, 8 threads", f"{floor_seconds:.1f} s", "1.00x"],
+        [
+            f"floor: {len(bodies)} x (ConfigMap create + status patch), the operator's client, 8 at once",
+            f"{floor_seconds:.1f} s",
+            "1.00x",
+        ],
         ["operator start -> quiet (the start's status patches and Events done)", f"{settled:.1f} s", ""],
         [
             f"operator restart -> all {args.groups} groups reconciled (nothing to write)",
@@ -396,9 +506,23 @@ def main() -> int:
         ],
         ["operator CPU during the cold start", f"{cold_cpu:.1f} s", f"{cold_cpu / cold:.0%} of one core"],
         ["operator memory (RSS) after the cold start", f"{cold_rss:.0f} MiB", ""],
+        [
+            "  per group (RSS / groups; beside an idle operator's RSS)",
+            f"{cold_rss * 1024 / args.groups:.1f} KiB",
+            f"{(cold_rss - baseline_rss) * 1024 / args.groups:.1f} KiB above {baseline_rss:.0f} MiB",
+        ],
         [f"operator CPU idle ({args.idle:g} s)", f"{idle_cpu * 100:.1f}% of one core", ""],
         ["operator memory (RSS) idle", f"{idle_rss:.0f} MiB", ""],
     ]
+    if sharded:
+        rows.insert(
+            2,
+            [
+                f"{args.replicas} replicas, {args.shards} shards: start -> {args.groups} groups published",
+                f"{sharded:.1f} s",
+                f"{sharded / floor_seconds:.2f}x ({sharded / cold:.2f} of one replica's)",
+            ],
+        )
     print(table(["measure", "value", "vs floor"], rows))
     print()
     ms = lambda v, q: f"{percentile(v, q) * 1e3:.1f}"  # noqa: E731

@@ -26,6 +26,7 @@ it always did.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ def decode_queue_map(topic: str, data: Any) -> dict[str, tuple[MessageQueue, ...
     if not isinstance(data, dict):
         raise DocumentError(f"topic {topic!r}: expected an object of members, got {type(data).__name__}")
     out: dict[str, tuple[MessageQueue, ...]] = {}
+    topic = sys.intern(topic)
     for member, by_broker in data.items():
         if not isinstance(by_broker, dict):
             raise DocumentError(f"topic {topic!r}, member {member!r}: expected an object of brokers")
@@ -73,7 +75,10 @@ def decode_queue_map(topic: str, data: Any) -> dict[str, tuple[MessageQueue, ...
                 raise DocumentError(
                     f"topic {topic!r}, member {member!r}, broker {broker!r}: expected a list of queue ids"
                 )
-            queues.extend(MessageQueue(topic, broker, i) for i in ids)
+            # One string per topic and broker, however many documents name them (an operator
+            # keeps thousands).
+            name = sys.intern(broker)
+            queues.extend(MessageQueue(topic, name, i) for i in ids)
         out[member] = tuple(sort_queues(queues))
     return out
 

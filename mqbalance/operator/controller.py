@@ -34,6 +34,7 @@ from mqbalance.contract import (
     releases_configmap_name,
 )
 from mqbalance.kube import ApiError, Conflict, Key
+from mqbalance.operator.handover import HandoverMode
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, OperatorMetrics
@@ -52,6 +53,11 @@ could not be deleted any more."""
 
 WorkKey = tuple[str, str, str]
 """("group" or "topic", namespace, name)."""
+
+
+def work_priority(key: WorkKey) -> int:
+    """Groups before Topic status: consumers wait for the one, nobody for the other."""
+    return 0 if key[0] == "group" else 1
 
 
 @dataclass(slots=True)
@@ -76,6 +82,10 @@ class GroupState:
     reported_problem: str | None = None
     failures: int = 0
     conflicts: int = 0
+    releases_made: bool = False
+    """Its releases ConfigMap was created (or found): not asked for again while the watch catches up."""
+    routing: tuple[str, str] | None = None
+    """The label pair this group is found under when a pod changes (None: every pod may concern it)."""
 
     @property
     def namespace(self) -> str:
@@ -118,7 +128,7 @@ class Controller:
     clock: Callable[[], float] = time.time
     """Wall clock for status times and documents."""
     debounce_override: float | None = None
-    queue: WorkQueue[WorkKey] = field(default_factory=WorkQueue)
+    queue: WorkQueue[WorkKey] = field(default_factory=lambda: WorkQueue(priority=work_priority))
     owns: Callable[[str, str], bool] = lambda namespace, name: True
     """Whether this replica works on a group or a Topic's status (sharding: its shard is held here)."""
     groups: dict[tuple[str, str], GroupState] = field(default_factory=dict)
@@ -130,6 +140,8 @@ class Controller:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once every cache has been listed completely."""
     _by_namespace: dict[str, dict[str, GroupState]] = field(default_factory=dict)
+    _routes: dict[str, dict[tuple[str, str] | None, set[str]]] = field(default_factory=dict)
+    """Namespace -> label pair (None: any) -> names of the groups a pod carrying it may concern."""
     _topic_specs: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
 
     # -- changes in (from the informers) ---------------------------------------------------------
@@ -139,6 +151,7 @@ class Controller:
         if new is None:
             state = self.groups.pop(key, None)
             if state is not None:
+                self._route(state, None, remove=True)
                 del self._by_namespace[namespace][name]
                 if not self._by_namespace[namespace]:
                     del self._by_namespace[namespace]
@@ -149,6 +162,7 @@ class Controller:
             state = GroupState(new, written_status=new.get("status") or None)
             self.groups[key] = state
             self._by_namespace.setdefault(namespace, {})[name] = state
+            self._route(state, None)
             self._enqueue(state)
             return
         changed = old is None or old["metadata"].get("generation") != new["metadata"].get("generation")
@@ -163,10 +177,18 @@ class Controller:
             self.pods.put(namespace, new)
         else:
             self.pods.remove(namespace, name)
+        if not self.synced.is_set():
+            return  # no group has reconciled yet: the first reconciles see every pod anyway
         # Each version alone: a pod can start matching because a label went away (DoesNotExist,
         # NotIn), which the union of its old and new labels would hide.
         versions = [pod.labels for pod in (old, new) if pod is not None]
-        for state in self._in_namespace(namespace):
+        routes = self._routes.get(namespace, {})
+        names = set(routes.get(None, ()))
+        for labels in versions:
+            for pair in labels.items():
+                names.update(routes.get(pair, ()))
+        for group in names:
+            state = self.groups[(namespace, group)]
             if any(state.concerns_pod(name, labels) for labels in versions):
                 self._enqueue(state, debounced=True)
 
@@ -176,6 +198,8 @@ class Controller:
             self.node_labels.pop(name, None)
         else:
             self.node_labels[name] = dict(new)
+        if not self.synced.is_set():
+            return
         for state in self.groups.values():
             if name in state.nodes:
                 self._enqueue(state, debounced=True)
@@ -198,8 +222,8 @@ class Controller:
             self.queue.add(("topic", namespace, name))
         if not specs:
             del self._topic_specs[namespace]
-        if old is not None and new is not None and old["spec"] == new["spec"]:
-            return  # its status alone concerns no group
+        if (old is not None and new is not None and old["spec"] == new["spec"]) or not self.synced.is_set():
+            return  # its status alone concerns no group; before the first listing is whole, none has run
         for state in self._in_namespace(namespace):
             if state.selector is None or name in state.topics:
                 self._enqueue(state)
@@ -231,6 +255,20 @@ class Controller:
             return
         window = self.debounce_override if self.debounce_override is not None else state.debounce
         self.queue.add_after(key, window)
+
+    def _route(self, state: GroupState, pair: tuple[str, str] | None, *, remove: bool = False) -> None:
+        """File ``state`` under ``pair`` for pod changes (and out of where it was)."""
+        routes = self._routes.setdefault(state.namespace, {})
+        if state.name in routes.get(state.routing, ()):
+            routes[state.routing].discard(state.name)
+            if not routes[state.routing]:
+                del routes[state.routing]
+        if remove:
+            if not routes:
+                del self._routes[state.namespace]
+            return
+        state.routing = pair
+        routes.setdefault(pair, set()).add(state.name)
 
     def _in_namespace(self, namespace: str) -> list[GroupState]:
         return list(self._by_namespace.get(namespace, {}).values())
@@ -338,9 +376,13 @@ class Controller:
         outcome = reconcile(observed)
         compute_seconds = time.perf_counter() - computing
         self._remember(state, outcome, pods, spec)
+        handover = outcome.spec is not None and outcome.spec.handover.mode is not HandoverMode.OFF
+        if handover and not releases and not state.releases_made:
+            # Before anyone is asked to acknowledge, and early enough for applications that
+            # acknowledge the generation they first read.
+            await self.writer.ensure_releases(body)
+            state.releases_made = True
         if outcome.document is not None:
-            if outcome.document.releasing and not releases:
-                await self.writer.ensure_releases(body)  # before anyone is asked to acknowledge
             state.published = await self.writer.publish(body, outcome.document, state.published)
             if outcome.journal is not None:
                 self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
@@ -384,8 +426,11 @@ class Controller:
         )
         if outcome.spec is None:
             state.selector = None  # unparseable: any change in the namespace may matter
+            self._route(state, None)
             return
         state.selector = outcome.spec.selector
+        # A pod the selector matches carries every matchLabels pair: one of them finds the group.
+        self._route(state, min(state.selector.match_labels.items(), default=None))
         state.debounce = outcome.spec.debounce_seconds
         matched = [p for p in pods if outcome.spec.selector.matches(p.labels)]
         state.pods = frozenset(p.name for p in matched)

@@ -7,15 +7,17 @@ label. These are plain snapshots of the API objects so the reconcile stays pure.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from mqbalance.model import UNKNOWN_ZONE
 from mqbalance.operator.spec import LabelSelector
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     """What the operator keeps of a Pod."""
 
@@ -43,13 +45,26 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     )
     return PodInfo(
         name=meta.get("name", ""),
-        labels=dict(meta.get("labels") or {}),
-        node_name=spec.get("nodeName") or "",
+        labels=_shared_labels(meta.get("labels") or {}),
+        node_name=sys.intern(spec.get("nodeName") or ""),
         running=status.get("phase") == "Running",
         ready=ready,
         terminating=meta.get("deletionTimestamp") is not None,
         finished=status.get("phase") in ("Succeeded", "Failed"),
     )
+
+
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+
+
+def _shared_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
+    """One mapping for every pod with the same labels (the pods of a Deployment share theirs):
+    thousands of pods keep a few dozen label sets, not one each. Never mutated."""
+    key = tuple(sorted(labels.items()))
+    shared = _LABEL_SETS.get(key)
+    if shared is None:
+        shared = _LABEL_SETS[key] = MappingProxyType({sys.intern(k): sys.intern(v) for k, v in key})
+    return shared
 
 
 def members(

@@ -34,6 +34,8 @@ from mqbalance.operator.writes import Writer
 logger = logging.getLogger("mqbalance.operator")
 
 CONFIGMAP_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{GROUP_LABEL}"
+CONFIGMAP_FIELDS = ("namespace", "name", "resourceVersion", "labels", "annotations")
+TOPIC_STATUS_FIELDS = ("observedGeneration", "brokers", "readableQueues", "writableQueues")
 
 
 class Runtime:
@@ -193,16 +195,22 @@ def group_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def topic_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    status = body.get("status") or {}
     return {
         "metadata": _meta(body, "namespace", "name", "generation"),
         "spec": body.get("spec") or {},
-        "status": body.get("status") or {},
+        # Only what the operator writes there: to tell whether it must write it again.
+        "status": {k: status[k] for k in TOPIC_STATUS_FIELDS if k in status},
     }
 
 
 def configmap_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    return {"metadata": meta, "data": dict(body.get("data") or {})}
+    """What a rewrite keeps (labels, annotations) and the data; not owners, managed fields, times."""
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in CONFIGMAP_FIELDS if k in meta},
+        "data": dict(body.get("data") or {}),
+    }
 
 
 async def run_with_kopf(config: OperatorConfig) -> int:

@@ -1,5 +1,7 @@
 """A keyed work queue, as controller-runtime's: every key is processed by one worker at a time,
 a key added while queued is queued once, and a key added while processed runs again after.
+Keys of a lower ``priority`` go first (the operator publishes groups before it writes Topic
+status, which nothing waits for).
 
 Delayed adds (debounce windows, retries) keep the earliest time asked for, so a burst of
 changes inside a window becomes one reconcile at its end. Time comes from an injected
@@ -33,9 +35,10 @@ class LoopTimer:
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, timer: Timer | None = None) -> None:
+    def __init__(self, timer: Timer | None = None, priority: Callable[[K], int] = lambda key: 0) -> None:
         self.timer: Timer = timer or LoopTimer()
-        self._queue: deque[K] = deque()
+        self._priority = priority
+        self._queues: dict[int, deque[K]] = {}
         self._queued: set[K] = set()
         self._active: set[K] = set()
         self._again: set[K] = set()
@@ -43,7 +46,7 @@ class WorkQueue(Generic[K]):
         self._getters: deque[asyncio.Future[K]] = deque()
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return sum(len(q) for q in self._queues.values())
 
     @property
     def busy(self) -> int:
@@ -69,7 +72,12 @@ class WorkQueue(Generic[K]):
                     getter.set_result(key)
                     return
             self._queued.add(key)
-            self._queue.append(key)
+            level = self._priority(key)
+            queue = self._queues.get(level)
+            if queue is None:
+                queue = self._queues[level] = deque()
+                self._queues = dict(sorted(self._queues.items()))
+            queue.append(key)
 
     def add_after(self, key: K, delay: float) -> None:
         """Process ``key`` after ``delay`` seconds, or earlier if it is already due earlier."""
@@ -98,16 +106,17 @@ class WorkQueue(Generic[K]):
             pending[1].cancel()
         if key in self._queued:
             self._queued.discard(key)
-            self._queue.remove(key)
+            self._queues[self._priority(key)].remove(key)
         self._again.discard(key)
 
     async def get(self) -> K:
         """The next key; the caller must call :meth:`done` with it when finished."""
-        if self._queue:
-            key = self._queue.popleft()
-            self._queued.discard(key)
-            self._active.add(key)
-            return key
+        for queue in self._queues.values():
+            if queue:
+                key = queue.popleft()
+                self._queued.discard(key)
+                self._active.add(key)
+                return key
         getter: asyncio.Future[K] = asyncio.get_running_loop().create_future()
         self._getters.append(getter)
         try:

@@ -36,6 +36,11 @@ logger = logging.getLogger("mqbalance.operator")
 
 EVENT_QUEUE = 10_000
 """Events waiting to be posted; beyond it new ones are dropped (and counted), as kopf does."""
+EVENT_RATE = 20.0
+"""Events posted a second at most (bursts of EVENT_BURST): a cold start of thousands of groups
+writes their ConfigMaps and status first; their Events follow at a pace the API server barely
+notices, as client-go's event broadcaster paces its own."""
+EVENT_BURST = 50
 
 
 @dataclass
@@ -213,9 +218,19 @@ class Writer:
             self.events_dropped += 1
 
     async def run_event_poster(self) -> None:
-        """Post queued Events until cancelled; a failed post is logged and dropped."""
+        """Post queued Events until cancelled, at most EVENT_RATE a second; a failed post is logged
+        and dropped."""
+        loop = asyncio.get_running_loop()
+        tokens, refilled = float(EVENT_BURST), loop.time()
         while True:
             event = await self._events.get()
+            now = loop.time()
+            tokens = min(float(EVENT_BURST), tokens + (now - refilled) * EVENT_RATE)
+            refilled = now
+            if tokens < 1.0:
+                await asyncio.sleep((1.0 - tokens) / EVENT_RATE)
+                tokens, refilled = 1.0, loop.time()
+            tokens -= 1.0
             path = f"/api/v1/namespaces/{_q(event['metadata']['namespace'])}/events"
             try:
                 await self.client.create(path, event)

@@ -33,6 +33,7 @@ RECORDER: web.AppKey[AckRecorder | None] = web.AppKey("recorder")
 SOURCE_TASK: web.AppKey[asyncio.Task[None]] = web.AppKey("source_task")
 OPENAPI = web.AppKey("openapi", bytes)
 
+JAVA_LONG_MAX = 2**63 - 1
 DEFAULT_WAIT = 30.0
 """Long-poll timeout when ``after`` is given without ``timeout``."""
 ROUND_ROBIN = "round_robin"
@@ -296,10 +297,20 @@ async def report_send(request: web.Request) -> web.Response:
     raw_latency = body.get("latencyMs")
     if not broker:
         raise ApiError(400, "field 'broker' is required: the broker name the send went to")
-    latency = None if raw_latency is None else _number(raw_latency)
-    if latency is None or latency < 0:
+    # An integer stays exact (a float would round 2**63 - 2 up past a Java long); a float must be
+    # below 2**63, where its truncation still fits one.
+    latency: float | None = (
+        raw_latency if isinstance(raw_latency, int) else None if raw_latency is None else _number(raw_latency)
+    )
+    if (
+        latency is None
+        or not 0 <= latency <= JAVA_LONG_MAX
+        or (isinstance(latency, float) and latency >= 2**63)
+    ):
         raise ApiError(
-            400, f"field 'latencyMs' is required and must be a finite number >= 0, got {raw_latency!r}"
+            400,
+            f"field 'latencyMs' is required and must be a number from 0 to {JAVA_LONG_MAX} "
+            f"(RocketMQ keeps it in a Java long), got {raw_latency!r}",
         )
     failed = bool(body.get("failed") or False)
     reachable = body.get("reachable")

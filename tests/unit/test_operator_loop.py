@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import Ack, configmap_name
 from mqbalance.kube import ApiError, Conflict
-from mqbalance.operator.controller import Controller
+from mqbalance.operator.controller import Controller, work_priority
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.spec import LabelSelector, Requirement
@@ -156,7 +156,7 @@ class Harness:
             OperatorMetrics(self.registry, list),
             self.journal,  # type: ignore[arg-type]
             clock=lambda: 1_800_000_000.0 + self.timer.time,
-            queue=WorkQueue(self.timer),
+            queue=WorkQueue(self.timer, work_priority),
         )
         self.tasks: list[asyncio.Task[None]] = []
 

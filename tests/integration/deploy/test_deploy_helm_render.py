@@ -156,14 +156,22 @@ def test_watching_namespaces_uses_roles_there_and_no_cluster_wide_namespaced_rig
     assert "--all-namespaces" not in args
 
 
-def test_sidecar_role_is_read_only_and_narrowed_to_the_groups(helm: Path) -> None:
+def test_sidecar_role_reads_its_groups_and_writes_only_their_releases(helm: Path) -> None:
     docs = render(helm, "--set", "sidecar.groups={orders,billing}", "--set", "sidecar.namespaces={shop}")
     (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-sidecar")]
     assert role["metadata"]["namespace"] == "shop"
-    verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
-    assert verbs == {"get", "list", "watch"}
-    (configmaps,) = [rule for rule in role["rules"] if "configmaps" in rule["resources"]]
-    assert configmaps["resourceNames"] == ["orders-assignment", "billing-assignment"]
+    rules = {
+        (tuple(r["resources"]), tuple(r.get("resourceNames", ()))): set(r["verbs"]) for r in role["rules"]
+    }
+    assert rules[("configmaps",), ("orders-assignment", "billing-assignment")] == {"get", "list", "watch"}
+    # Its one write: release acknowledgements, in its groups' releases ConfigMaps only.
+    assert rules[("configmaps",), ("orders-releases", "billing-releases")] == {"patch"}
+    writes = {verb for verbs in rules.values() for verb in verbs} - {"get", "list", "watch"}
+    assert writes == {"patch"}
+    # Without the groups named, nothing can be narrowed: reads only, no patch at all.
+    docs = render(helm, "--set", "sidecar.namespaces={shop}")
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-sidecar")]
+    assert {verb for rule in role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
     (account,) = by_kind(docs, "ServiceAccount")[1:]
     assert account["metadata"] == {**account["metadata"], "name": "mq-mqbalance-sidecar", "namespace": "shop"}
 

@@ -271,7 +271,7 @@ def test_spec_the_schema_allows_but_cannot_work_is_invalid(
         lambda: (s := status_of(api, ns, "room")) and condition(s, "Invalid").get("status") == "True" and s,
     )
     message = condition(status, "Invalid")["message"]
-    assert "hz@b/0 to both 'room-0' and 'room-1'" in message
+    assert "hz@b/0 ('room-0', 'room-1') to more than one member" in message
     assert "every queue has one owner" in message
     assert read_document(api, ns, "room") is None
     # fixing the spec publishes

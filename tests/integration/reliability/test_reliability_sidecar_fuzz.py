@@ -122,12 +122,15 @@ def served_schema(port: int, path: Path) -> Path:
     for item in doc["paths"].values():
         for op in item.values():
             for param in op.get("parameters", []):
-                timeout = param["schema"].get("properties", {}).get("timeout")
+                schema = param["schema"]
+                timeout = (
+                    schema if param["name"] == "timeout" else schema.get("properties", {}).get("timeout")
+                )
                 if timeout is not None:
                     assert timeout["maximum"] == 300, timeout
                     timeout["maximum"] = MAX_WAIT
                     bounded += 1
-    assert bounded == 2, "expected the long-poll timeout of /v1/queues and /v1/assignment"
+    assert bounded == 3, "expected the timeouts of /v1/queues, /v1/assignment and /v1/drain"
     path.write_text(json.dumps(doc))
     return path
 

@@ -315,6 +315,8 @@ async def test_select_on_unknown_topic_is_404_and_without_writable_queue_409(mak
         ({"broker": "broker-a", "latencyMs": -1}, "latencyMs"),
         ({"broker": "broker-a", "latencyMs": True}, "latencyMs"),
         ({"broker": "broker-a", "latencyMs": 10**400}, "latencyMs"),  # beyond any float
+        ({"broker": "broker-a", "latencyMs": 1.7e308}, "latencyMs"),  # a float beyond a Java long
+        ({"broker": "broker-a", "latencyMs": 2**63}, "latencyMs"),
         ({"broker": "broker-a", "latencyMs": 5, "failed": "no"}, "failed"),
         ({"broker": "broker-a", "latencyMs": 5, "topic": "x"}, "topic"),
     ],

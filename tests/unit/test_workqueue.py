@@ -1,0 +1,71 @@
+"""The keyed work queue: one worker per key, a key queued once, re-run after its run when added
+meanwhile, the earliest of several delays, lower priorities first."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mqbalance.operator.workqueue import WorkQueue
+from tests.unit.test_operator_loop import HandTimer
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_a_key_is_queued_once_and_runs_again_if_added_while_running() -> None:
+    queue: WorkQueue[str] = WorkQueue(HandTimer())
+    queue.add("a")
+    queue.add("a")
+    queue.add("b")
+    assert len(queue) == 2
+    first = await queue.get()
+    queue.add(first)  # changed while being processed: again after, not twice at once
+    assert len(queue) == 1
+    second = await queue.get()
+    assert {first, second} == {"a", "b"}
+    queue.done(first)
+    assert await queue.get() == first
+
+
+async def test_the_earliest_delay_wins_and_an_add_cuts_it_short() -> None:
+    timer = HandTimer()
+    queue: WorkQueue[str] = WorkQueue(timer)
+    queue.add_after("k", 5.0)
+    queue.add_after("k", 2.0)  # earlier: wins
+    queue.add_after("k", 9.0)  # later: ignored
+    assert queue.due_at("k") == 2.0
+    timer.advance(1.9)
+    assert len(queue) == 0
+    timer.advance(0.1)
+    assert len(queue) == 1
+    queue.add_after("j", 30.0)
+    queue.add("j")  # urgent: at once, and the timer is dropped
+    assert queue.due_at("j") is None
+    assert len(queue) == 2
+
+
+async def test_lower_priorities_go_first() -> None:
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(
+        HandTimer(), priority=lambda key: 0 if key[0] == "group" else 1
+    )
+    for key in [("topic", "t1"), ("group", "g1"), ("topic", "t2"), ("group", "g2")]:
+        queue.add(key)
+    order = [await queue.get() for _ in range(4)]
+    assert order == [("group", "g1"), ("group", "g2"), ("topic", "t1"), ("topic", "t2")]
+
+
+async def test_a_waiting_worker_is_handed_the_key_and_a_cancelled_one_gives_it_back() -> None:
+    queue: WorkQueue[str] = WorkQueue(HandTimer())
+    waiting = asyncio.ensure_future(queue.get())
+    await asyncio.sleep(0)
+    queue.add("x")
+    assert await waiting == "x"
+    queue.done("x")
+    cancelled = asyncio.ensure_future(queue.get())
+    await asyncio.sleep(0)
+    queue.add("y")
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    if cancelled.cancelled():
+        assert await queue.get() == "y"  # given back, not lost
