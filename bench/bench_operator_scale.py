@@ -68,6 +68,7 @@ from bench.common import (
     table,
 )
 from harness.kubeapi import KubeApi
+from harness.polling import wait_for
 from harness.processes import OperatorProcess
 from mqbalance.contract import custom_path
 from mqbalance.kube import KubeClient
@@ -222,6 +223,27 @@ def top_frames(raw: Path, count: int = 12) -> tuple[list[list[object]], list[lis
     return rows(own), inclusive_rows, total
 
 
+def any_managed(api: KubeApi, namespaces: list[str]) -> bool:
+    """Whether any assignment ConfigMap is left in ``namespaces``."""
+    path = "/api/v1/namespaces/{}/configmaps?labelSelector=" + MANAGED + "&limit=1"
+    return any(api.request("GET", path.format(ns))["items"] for ns in namespaces)
+
+
+class Progress:
+    """Says on stderr what the benchmark is doing, and how far a wait has got every 10 s."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.said = 0.0
+
+    def __call__(self, message: str, *, every: float = 0.0) -> None:
+        now = time.monotonic()
+        if every and now - self.said < every:
+            return
+        self.said = now
+        print(f"[{now - self.started:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
 def settle(pid: int, quiet: float = 0.05, limit: float = 600.0) -> float:
     """When the process first spent under ``quiet`` of a core for two seconds running (perf_counter)."""
     deadline = time.monotonic() + limit
@@ -276,10 +298,13 @@ def main() -> int:
         print("--profile needs py-spy on PATH (pip install py-spy)", file=sys.stderr)
         return 2
 
+    progress = Progress()
+    progress("starting a control plane")
     with local_cluster() as cluster, tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         api = kube_api(cluster, pool=args.workers)
         started = time.perf_counter()
+        progress(f"creating {args.groups} groups, their Topics and {args.groups * args.pods} pods")
         steps = setup(api, args.groups, args.namespaces, args.pods, args.queues, args.workers)
         setup_seconds = time.perf_counter() - started
         namespaces = sorted({namespace_of(i, args.groups, args.namespaces) for i in range(args.groups)})
@@ -329,7 +354,9 @@ def main() -> int:
                 profiler = start_profiler(py_spy, operator.pid, raw)
             healthy_at = 0.0
             deadline = time.monotonic() + 3600
+            progress(f"cold start: one operator, {args.groups} groups")
             while not published.done.wait(0.1):
+                progress(f"cold start: {len(published.names)} of {args.groups} groups published", every=10)
                 if not healthy_at and operator.healthy():
                     healthy_at = time.perf_counter()
                 operator.check()
@@ -374,6 +401,7 @@ def main() -> int:
             operator.check()
 
             # A restart: every group is published, so each reconcile finds nothing to write.
+            progress("restart: every group already published")
             operator.stop()
             restarted = OperatorProcess(
                 cluster, [] if scope else namespaces, workdir, "--log-level", "WARNING", *scope
@@ -403,6 +431,8 @@ def main() -> int:
                 watch_phase[0] = "replicas"
                 for ns in namespaces:
                     api.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps?labelSelector={MANAGED}")
+                # Gone from a fresh list too, before any replica starts.
+                wait_for("the deleted ConfigMaps to go", lambda: not any_managed(api, namespaces), 120)
                 lease = ["--leader-election", "scale", "--lease-namespace", namespaces[0]]
                 lease += ["--shards", str(args.shards), "--lease-duration", "6", *scope]
                 replicas = []
@@ -415,7 +445,7 @@ def main() -> int:
                             [] if scope else namespaces,
                             replica_dir,
                             "--log-level",
-                            "WARNING",
+                            "INFO",
                             *lease,
                         )
                     )
@@ -423,7 +453,9 @@ def main() -> int:
                     replica.spawn()
                 try:
                     deadline = time.monotonic() + 3600
+                    progress(f"cold start: {args.replicas} replicas, {args.shards} shards")
                     while not republished.done.wait(0.2):
+                        progress(f"sharded: {len(republished.names)} of {args.groups} groups", every=10)
                         for replica in replicas:
                             replica.check()
                         if time.monotonic() > deadline:

@@ -70,6 +70,9 @@ class Broker:
     write_queue_nums: int
     perm: int = PERM_READ_WRITE
     zone: str = UNKNOWN_ZONE
+    has_master: bool = True
+    """Whether the broker group has a master: a producer sends only to one that has (a consumer
+    reads from a slave too)."""
 
     @property
     def readable(self) -> bool:
@@ -77,7 +80,7 @@ class Broker:
 
     @property
     def writable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
+        return bool(self.perm & PERM_WRITE) and self.has_master
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +100,7 @@ class TopicRoute:
         )
 
     def writable_queues(self) -> list[MessageQueue]:
-        """Queues producers send to: writeQueueNums of every writable broker."""
+        """Queues producers send to: writeQueueNums of every writable broker with a master."""
         return sort_queues(
             MessageQueue(self.topic, b.name, i)
             for b in self.brokers

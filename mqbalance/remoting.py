@@ -348,8 +348,8 @@ class TopicRouteData:
         """The core model's route: one Broker per QueueData, sorted by broker name.
 
         Every QueueData is kept, as a consumer's ``topicRouteData2TopicSubscribeInfo`` keeps
-        the readable ones whether or not the broker group has a master; a producer skips
-        brokers without a master (see :meth:`brokers_without_master`).
+        the readable ones whether or not the broker group has a master; a broker without one
+        has ``has_master`` False, so producers skip it as ``topicRouteData2TopicPublishInfo`` does.
         """
         zones = zones or {}
         brokers = sorted(
@@ -359,6 +359,7 @@ class TopicRouteData:
                     read_queue_nums=q.read_queue_nums,
                     write_queue_nums=q.write_queue_nums,
                     perm=q.perm,
+                    has_master=self.has_master(q.broker_name),
                     **({"zone": zones[q.broker_name]} if q.broker_name in zones else {}),
                 )
                 for q in self.queue_datas
@@ -367,13 +368,13 @@ class TopicRouteData:
         )
         return TopicRoute(topic=self.topic, brokers=tuple(brokers))
 
+    def has_master(self, broker_name: str) -> bool:
+        b = self.broker(broker_name)
+        return b is not None and b.master_address is not None
+
     def brokers_without_master(self) -> list[str]:
         """Broker names with queues but no master address: producers cannot send there."""
-        return sorted(
-            q.broker_name
-            for q in self.queue_datas
-            if (b := self.broker(q.broker_name)) is None or b.master_address is None
-        )
+        return sorted(q.broker_name for q in self.queue_datas if not self.has_master(q.broker_name))
 
     @property
     def readable(self) -> bool:

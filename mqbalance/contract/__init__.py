@@ -31,7 +31,7 @@ from mqbalance.contract.names import (
 )
 from mqbalance.contract.releases import Ack, decode_acks, releases_configmap_name
 from mqbalance.contract.strategy import read_strategy, write_strategy
-from mqbalance.contract.topic import read_topic, topic_name
+from mqbalance.contract.topic import RouteNotRead, read_topic, reads_name_server, topic_name
 
 __all__ = [
     "API_PATH",
@@ -51,6 +51,7 @@ __all__ = [
     "AssignmentDocument",
     "DocumentError",
     "Release",
+    "RouteNotRead",
     "SpecError",
     "configmap_name",
     "custom_path",
@@ -59,6 +60,7 @@ __all__ = [
     "encode_queue_map",
     "read_strategy",
     "read_topic",
+    "reads_name_server",
     "releases_configmap_name",
     "topic_name",
     "write_strategy",

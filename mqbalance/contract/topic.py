@@ -1,4 +1,9 @@
-"""A Topic resource's spec as a route: the one reader, used by the operator and the sidecar alike.
+"""A Topic resource as a route: the one reader, used by the operator and the sidecar alike.
+
+A Topic's route comes from one of two places. Written by hand, ``spec.brokers`` lists every
+broker with its queue counts. Read from RocketMQ, ``spec.nameServer`` is set: the operator
+asks the NameServer and writes what it answered into ``status.route`` (the last good route,
+kept while the NameServer cannot be reached), and ``spec.brokers`` only adds zones.
 
 The CRD schema rejects most bad input at admission (and on current Kubernetes its CEL rules
 more); this reader still checks everything, because objects written before a rule existed,
@@ -7,25 +12,95 @@ or through a 1.20 API server without CEL, reach it too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mqbalance.contract.errors import SpecError
 from mqbalance.model import PERM_READ_WRITE, UNKNOWN_ZONE, Broker, TopicRoute
 
 
-def read_topic(resource_name: str, spec: Mapping[str, Any] | None) -> TopicRoute:
+class RouteNotRead(SpecError):
+    """A Topic reads its route from a NameServer, and none has been read yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEntry:
+    """One ``spec.brokers`` entry; the counts are None where the spec leaves them out."""
+
+    name: str
+    zone: str
+    read_queue_nums: int | None
+    write_queue_nums: int | None
+    perm: int
+
+
+def reads_name_server(spec: Mapping[str, Any] | None) -> bool:
+    """Whether the Topic's route comes from a NameServer (``spec.nameServer`` is set)."""
+    return isinstance(spec, Mapping) and spec.get("nameServer") is not None
+
+
+def read_topic(
+    resource_name: str, spec: Mapping[str, Any] | None, route: Mapping[str, Any] | None = None
+) -> TopicRoute:
     """The route of Topic ``resource_name``; broker zones left out are UNKNOWN_ZONE.
 
-    Raises SpecError naming the field to fix.
+    ``route`` is the Topic's ``status.route``, used when the spec names a NameServer.
+    Raises SpecError naming the field to fix, RouteNotRead when a route is still to be read.
     """
     where = f"Topic {resource_name!r}"
     if not isinstance(spec, Mapping):
         raise SpecError(f"{where} has no spec")
+    entries = broker_entries(resource_name, spec)
+    name = topic_name(resource_name, spec)
+    if not reads_name_server(spec):
+        if not entries:
+            raise SpecError(
+                f"{where}: spec.brokers must list at least one broker, or set spec.nameServer to read "
+                "the route from RocketMQ"
+            )
+        for i, e in enumerate(entries):
+            for key, value in (("readQueueNums", e.read_queue_nums), ("writeQueueNums", e.write_queue_nums)):
+                if value is None:
+                    raise SpecError(
+                        f"{where}: spec.brokers[{i}].{key} is missing; give the queue counts of every "
+                        "broker, or set spec.nameServer to read them from RocketMQ"
+                    )
+        brokers = tuple(
+            Broker(e.name, e.read_queue_nums or 0, e.write_queue_nums or 0, e.perm, e.zone) for e in entries
+        )
+        return TopicRoute(name, brokers)
+    if route is None:
+        raise RouteNotRead(
+            f"{where}: its route has not been read from the NameServer yet (see the Topic's "
+            "RouteAvailable condition)"
+        )
+    zones = {e.name: e.zone for e in entries}
+    return TopicRoute(
+        name,
+        tuple(
+            Broker(
+                b.name,
+                b.read_queue_nums,
+                b.write_queue_nums,
+                b.perm,
+                zones.get(b.name, UNKNOWN_ZONE),
+                b.has_master,
+            )
+            for b in read_route_status(resource_name, route)
+        ),
+    )
+
+
+def broker_entries(resource_name: str, spec: Mapping[str, Any]) -> list[BrokerEntry]:
+    """``spec.brokers``, checked; an absent list is empty."""
+    where = f"Topic {resource_name!r}"
     brokers_raw = spec.get("brokers")
-    if not isinstance(brokers_raw, list) or not brokers_raw:
-        raise SpecError(f"{where}: spec.brokers must list at least one broker")
-    brokers: list[Broker] = []
+    if brokers_raw is None:
+        return []
+    if not isinstance(brokers_raw, list):
+        raise SpecError(f"{where}: spec.brokers must be a list of brokers")
+    entries: list[BrokerEntry] = []
     seen: set[str] = set()
     for i, b in enumerate(brokers_raw):
         at = f"{where}: spec.brokers[{i}]"
@@ -34,10 +109,10 @@ def read_topic(resource_name: str, spec: Mapping[str, Any] | None) -> TopicRoute
         if b["name"] in seen:
             raise SpecError(f"{at}: broker {b['name']!r} is listed twice; merge the entries")
         seen.add(b["name"])
-        counts = []
+        counts: list[int | None] = []
         for key in ("readQueueNums", "writeQueueNums"):
             value = b.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise SpecError(f"{at}.{key} must be an integer of 0 or more, got {value!r}")
             counts.append(value)
         perm = b.get("perm", PERM_READ_WRITE)
@@ -49,8 +124,60 @@ def read_topic(resource_name: str, spec: Mapping[str, Any] | None) -> TopicRoute
         zone = b.get("zone")
         if zone is not None and not isinstance(zone, str):
             raise SpecError(f"{at}.zone must be a zone name, got {zone!r}")
-        brokers.append(Broker(b["name"], counts[0], counts[1], perm, zone or UNKNOWN_ZONE))
-    return TopicRoute(topic_name(resource_name, spec), tuple(brokers))
+        entries.append(BrokerEntry(b["name"], zone or UNKNOWN_ZONE, counts[0], counts[1], perm))
+    return entries
+
+
+def route_status(address: str, brokers: Sequence[Broker]) -> dict[str, Any]:
+    """``status.route``: the route a NameServer answered, as the operator writes it."""
+    return {
+        "nameServer": address,
+        "brokers": [
+            {
+                "name": b.name,
+                "readQueueNums": b.read_queue_nums,
+                "writeQueueNums": b.write_queue_nums,
+                "perm": b.perm,
+                "master": b.has_master,
+            }
+            for b in sorted(brokers, key=lambda b: b.name)
+        ],
+    }
+
+
+def read_route_status(resource_name: str, route: Mapping[str, Any]) -> list[Broker]:
+    """The brokers of a ``status.route`` (zones unknown); SpecError if it was edited into nonsense."""
+    where = f"Topic {resource_name!r}: status.route"
+    raw = route.get("brokers") if isinstance(route, Mapping) else None
+    if not isinstance(raw, list):
+        raise SpecError(f"{where} has no broker list; the operator rewrites it at its next read")
+    brokers = []
+    for i, b in enumerate(raw):
+        try:
+            brokers.append(
+                Broker(
+                    _text(b["name"]),
+                    _count(b["readQueueNums"]),
+                    _count(b["writeQueueNums"]),
+                    _count(b["perm"]),
+                    has_master=b.get("master", True) is not False,
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            raise SpecError(f"{where}.brokers[{i}] is unreadable: {b!r}") from None
+    return brokers
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(value)
+    return value
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(value)
+    return value
 
 
 def topic_name(resource_name: str, spec: Mapping[str, Any]) -> str:

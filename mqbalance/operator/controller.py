@@ -30,16 +30,19 @@ from mqbalance.contract import (
     SpecError,
     configmap_name,
     decode_acks,
-    read_topic,
+    reads_name_server,
     releases_configmap_name,
+    topic_name,
 )
 from mqbalance.kube import ApiError, Conflict, Key
 from mqbalance.operator.handover import HandoverMode
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, OperatorMetrics
+from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
 from mqbalance.operator.spec import DEFAULT_DEBOUNCE_SECONDS, LabelSelector, parse_selector
+from mqbalance.operator.topics import RouteRead, name_server_addresses, poll_seconds, topic_status
 from mqbalance.operator.workqueue import WorkQueue
 from mqbalance.operator.writes import Published, Writer, published_from
 
@@ -56,7 +59,8 @@ WorkKey = tuple[str, str, str]
 
 
 def work_priority(key: WorkKey) -> int:
-    """Groups before Topic status: consumers wait for the one, nobody for the other."""
+    """Groups before Topics: consumers wait for the one; a Topic's route read on a restart is
+    already in its status, and a new route reaches the groups through that status anyway."""
     return 0 if key[0] == "group" else 1
 
 
@@ -118,6 +122,12 @@ class GroupState:
 class TopicState:
     body: Mapping[str, Any]
     failures: int = 0
+    read: RouteRead | None = None
+    """The last read of its route from a NameServer (Topics that name one)."""
+    read_generation: int = -1
+    read_failures: int = 0
+    next_read: float = 0.0
+    """When (on the work queue's clock) the route is due to be read again."""
 
 
 @dataclass
@@ -129,6 +139,8 @@ class Controller:
     """Wall clock for status times and documents."""
     debounce_override: float | None = None
     queue: WorkQueue[WorkKey] = field(default_factory=lambda: WorkQueue(priority=work_priority))
+    routes: RouteReader = field(default_factory=RouteReader)
+    """Reads the routes of Topics that name a NameServer."""
     owns: Callable[[str, str], bool] = lambda namespace, name: True
     """Whether this replica works on a group or a Topic's status (sharding: its shard is held here)."""
     groups: dict[tuple[str, str], GroupState] = field(default_factory=dict)
@@ -143,6 +155,8 @@ class Controller:
     _routes: dict[str, dict[tuple[str, str] | None, set[str]]] = field(default_factory=dict)
     """Namespace -> label pair (None: any) -> names of the groups a pod carrying it may concern."""
     _topic_specs: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
+    _topic_routes: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
+    """Namespace -> Topic -> ``status.route``, for Topics whose route was read from a NameServer."""
 
     # -- changes in (from the informers) ---------------------------------------------------------
 
@@ -208,9 +222,11 @@ class Controller:
         """A Topic changed: its status may need writing, its subscribers a reconcile if its spec changed."""
         namespace, name = key
         specs = self._topic_specs.setdefault(namespace, {})
+        routes = self._topic_routes.setdefault(namespace, {})
         if new is None:
             self.topics.pop(key, None)
             specs.pop(name, None)
+            routes.pop(name, None)
             self.queue.forget(("topic", namespace, name))
         else:
             topic = self.topics.get(key)
@@ -219,11 +235,20 @@ class Controller:
             else:
                 topic.body = new
             specs[name] = new["spec"]
+            route = new["status"].get("route")
+            if route is None:
+                routes.pop(name, None)
+            else:
+                routes[name] = route
             self.queue.add(("topic", namespace, name))
         if not specs:
             del self._topic_specs[namespace]
-        if (old is not None and new is not None and old["spec"] == new["spec"]) or not self.synced.is_set():
-            return  # its status alone concerns no group; before the first listing is whole, none has run
+        if not routes:
+            del self._topic_routes[namespace]
+        if not self.synced.is_set():
+            return  # before the first listing is whole, no group has run
+        if old is not None and new is not None and _route_source(old) == _route_source(new):
+            return  # the rest of its status concerns no group
         for state in self._in_namespace(namespace):
             if state.selector is None or name in state.topics:
                 self._enqueue(state)
@@ -363,6 +388,7 @@ class Controller:
             name=name,
             spec=spec,
             topics=self._topic_specs.get(ns, {}),
+            routes=self._topic_routes.get(ns, {}),
             pods=pods,
             node_labels={n: self.node_labels[n] for n in nodes if n in self.node_labels},
             previous=state.published.document,
@@ -443,7 +469,7 @@ class Controller:
         if state is None or not self.owns(namespace, name):
             return
         try:
-            await self.update_topic_status(state.body)
+            await self.update_topic_status(state)
         except ApiError as e:
             state.failures += 1
             delay = min(2.0 ** (state.failures - 1), MAX_BACKOFF_SECONDS)
@@ -454,26 +480,48 @@ class Controller:
         else:
             state.failures = 0
 
-    async def update_topic_status(self, body: Mapping[str, Any]) -> None:
-        meta = body["metadata"]
-        try:
-            route = read_topic(meta["name"], body.get("spec"))
-        except SpecError:
-            return
-        status = {
-            "observedGeneration": int(meta.get("generation") or 0),
-            "brokers": len(route.brokers),
-            "readableQueues": len(route.readable_queues()),
-            "writableQueues": len(route.writable_queues()),
-        }
-        current = body.get("status") or {}
-        if any(current.get(k) != v for k, v in status.items()):
-            await self.writer.patch_status(meta["namespace"], TOPICS, meta["name"], status)
+    async def update_topic_status(self, state: TopicState) -> None:
+        """Read the route if one is due (Topics that name a NameServer), then write the status."""
+        meta, spec = state.body["metadata"], state.body.get("spec")
+        namespace, name = meta["namespace"], meta["name"]
+        generation = int(meta.get("generation") or 0)
+        if reads_name_server(spec):
+            now = self.queue.timer.now()
+            if state.read is None or state.read_generation != generation or now >= state.next_read:
+                await self._read_route(state, name, spec or {}, generation)
+            else:  # woken by a change (our own status write, say): the next read stays due
+                self.queue.add_after(("topic", namespace, name), state.next_read - now)
+        else:
+            state.read = None
+        current = state.body.get("status") or {}
+        status = topic_status(name, spec, generation, current, state.read, self.clock())
+        if status != current:
+            await self.writer.patch_status(namespace, TOPICS, name, merge_patch(current, status))
+
+    async def _read_route(
+        self, state: TopicState, name: str, spec: Mapping[str, Any], generation: int
+    ) -> None:
+        read = await self.routes.read(topic_name(name, spec), name_server_addresses(spec))
+        if read.brokers is None and (state.read is None or state.read.reason != read.reason):
+            logger.warning("route of Topic %s not read: %s", name, read.message)
+        state.read, state.read_generation = read, generation
+        state.read_failures = 0 if read.brokers is not None else state.read_failures + 1
+        # Again after the poll interval; sooner, backing off, while it fails.
+        wait = poll_seconds(spec)
+        if state.read_failures:
+            wait = min(wait, 2.0 ** (state.read_failures - 1))
+        state.next_read = self.queue.timer.now() + wait
+        self.queue.add_after(("topic", state.body["metadata"]["namespace"], name), wait)
 
     # -- read-outs ------------------------------------------------------------------------------------
 
     def gauges(self) -> list[GroupGauges]:
         return [s.gauges() for s in list(self.groups.values()) if s.written_status]
+
+
+def _route_source(topic: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What a group's reconcile reads of a Topic: its spec and the route read into its status."""
+    return topic["spec"], topic["status"].get("route")
 
 
 def _selector(spec: Mapping[str, Any]) -> LabelSelector | None:

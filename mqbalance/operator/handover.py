@@ -187,6 +187,8 @@ def _holders(topics: Mapping[str, Assignment]) -> dict[MessageQueue, str]:
 def with_releasing(document: AssignmentDocument) -> dict[str, dict[str, tuple[MessageQueue, ...]]]:
     """The document's share with every revoked queue given back to its old owner: who held what
     before the handover started (the strategy's ``previous``, and the base of the move figures)."""
+    if not document.releasing:
+        return {topic: dict(assignment) for topic, assignment in document.topics.items()}
     out = {
         topic: {m: list(qs) for m, qs in assignment.items()} for topic, assignment in document.topics.items()
     }

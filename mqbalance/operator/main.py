@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from mqbalance.operator.nameserver import parse_addresses
 from mqbalance.operator.settings import OperatorConfig
 
 
@@ -63,6 +64,20 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         "--workers", type=int, default=8, metavar="N", help="groups reconciled at once (default 8)"
     )
     parser.add_argument(
+        "--name-server",
+        metavar="ADDRS",
+        default=os.environ.get("NAMESRV_ADDR") or None,
+        help="RocketMQ NameServer(s), host:port separated by ';', for Topics whose spec.nameServer "
+        "gives no addresses (default: $NAMESRV_ADDR, as RocketMQ's clients)",
+    )
+    parser.add_argument(
+        "--name-server-timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="time for one route request to one NameServer (default 3, the Java client's)",
+    )
+    parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
     )
     parser.add_argument(
@@ -93,6 +108,13 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         parser.error("--shards needs --leader-election LEASE: the shards are Leases named after it")
     if not 1 <= args.workers <= 256:
         parser.error("--workers must be from 1 to 256")
+    if args.name_server:
+        try:
+            parse_addresses(args.name_server)
+        except ValueError as e:
+            parser.error(f"--name-server: {e}")
+    if not 0 < args.name_server_timeout <= 60:
+        parser.error("--name-server-timeout must be more than 0 and at most 60 seconds")
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         stream=sys.stderr,
@@ -114,6 +136,8 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         workers=args.workers,
         kubeconfig=args.kubeconfig,
         debounce_override=args.debounce_override,
+        name_server=args.name_server,
+        name_server_timeout=args.name_server_timeout,
     )
 
 

@@ -11,6 +11,7 @@ import contextlib
 import itertools
 from collections.abc import Iterable, Mapping
 
+from mqbalance.operator.topics import RouteRead
 from mqbalance.remoting import (
     ClusterInfo,
     FrameError,
@@ -114,6 +115,8 @@ class NameServerClient:
         self.addresses = parse_addresses(addresses)
         self.timeout = timeout
         self._first = 0
+        self.answered = ""
+        """The NameServer that answered last."""
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         """The topic's route; TopicNotFound, NameServerUnreachable or RequestFailed otherwise."""
@@ -153,6 +156,7 @@ class NameServerClient:
                 continue
             if response.code == ResponseCode.SUCCESS:
                 self._first = index
+                self.answered = address
                 return response, address
             if response.code == ResponseCode.TOPIC_NOT_EXIST:
                 # A NameServer that restarted knows a topic only once its brokers re-register
@@ -168,3 +172,39 @@ class NameServerClient:
                 f"{what}: no such topic on any NameServer ({'; '.join(not_found + failures)})"
             )
         raise NameServerUnreachable(f"{what}: no NameServer answered ({'; '.join(failures)})")
+
+
+class RouteReader:
+    """Reads Topic routes for the operator: one client per NameServer list (so each remembers
+    which server answered), the operator's own NameServers for Topics that name none."""
+
+    def __init__(self, default: str | Iterable[str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.default = parse_addresses(default) if default else ()
+        self.timeout = timeout
+        self._clients: dict[tuple[str, ...], NameServerClient] = {}
+
+    async def read(self, topic: str, addresses: Iterable[str] = ()) -> RouteRead:
+        """The route of RocketMQ topic ``topic``; never raises for what a NameServer does."""
+        try:
+            wanted = parse_addresses(list(addresses)) if addresses else self.default
+        except ValueError as e:
+            return RouteRead(None, reason="InvalidSpec", message=f"spec.nameServer.addresses: {e}")
+        if not wanted:
+            return RouteRead(
+                None,
+                reason="NoNameServer",
+                message="spec.nameServer.addresses is empty and the operator runs without --name-server; "
+                "give one of them",
+            )
+        client = self._clients.get(wanted)
+        if client is None:
+            client = self._clients[wanted] = NameServerClient(wanted, self.timeout)
+        try:
+            route = await client.topic_route(topic)
+        except NameServerUnreachable as e:
+            return RouteRead(None, reason="NameServerUnreachable", message=str(e))
+        except TopicNotFound as e:
+            return RouteRead(None, reason="TopicNotFound", message=str(e))
+        except NameServerError as e:
+            return RouteRead(None, reason="RequestFailed", message=str(e))
+        return RouteRead(route.to_topic_route().brokers, address=client.answered)

@@ -21,12 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument, Release, SpecError, configmap_name, read_topic
+from mqbalance.contract import (
+    Ack,
+    AssignmentDocument,
+    Release,
+    RouteNotRead,
+    SpecError,
+    configmap_name,
+    read_topic,
+)
 from mqbalance.journal import JournalRecord
 from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue, TopicRoute, Zones
+from mqbalance.operator.conditions import condition, condition_status, rfc3339
+from mqbalance.operator.conditions import set_condition as _set_condition
 from mqbalance.operator.handover import HandoverMode, HandoverSpec, Step, step, with_releasing
 from mqbalance.operator.membership import PodInfo, members
 from mqbalance.operator.spec import GroupSpec, parse_group, unknown_config_queues
@@ -34,6 +43,21 @@ from mqbalance.quality import Figures, measure
 from mqbalance.strategies import AllocationError, allocate_group
 
 CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    observed_generation: int,
+) -> list[dict[str, Any]]:
+    """A ConsumerGroup's conditions with ``kind`` set, in CONDITION_TYPES order."""
+    return _set_condition(
+        conditions, kind, status, reason, message, now, observed_generation, CONDITION_TYPES
+    )
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,8 @@ class Observed:
     """Release acknowledgements, by pod (the releases ConfigMap)."""
     alive: frozenset[str] = frozenset()
     """Pods of the previous document (members and releasing owners) that exist and have not finished."""
+    routes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Topic resource name -> ``status.route``, for the Topics that have one (read from a NameServer)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +133,8 @@ def reconcile(obs: Observed) -> Outcome:
         routes = _routes(obs, spec)
     except TopicNotFound as e:
         return _invalid(obs, "TopicNotFound", str(e), member_zones, spec)
+    except RouteNotRead as e:
+        return _invalid(obs, "TopicRouteNotRead", str(e), member_zones, spec)
     except SpecError as e:
         return _invalid(obs, "InvalidTopic", str(e), member_zones, spec)
 
@@ -322,7 +350,7 @@ def _routes(obs: Observed, spec: GroupSpec) -> list[TopicRoute]:
         raise TopicNotFound(
             f"Topic {names} not found in namespace {obs.namespace!r}; create it or remove it from spec.topics"
         )
-    routes = [read_topic(t, obs.topics[t]) for t in spec.topics]
+    routes = [read_topic(t, obs.topics[t], obs.routes.get(t)) for t in spec.topics]
     by_name: dict[str, str] = {}
     for resource, route in zip(spec.topics, routes, strict=True):
         other = by_name.setdefault(route.topic, resource)
@@ -357,7 +385,7 @@ def _invalid(
     if generation:
         status["assignmentGeneration"] = generation
     notes: tuple[Note, ...] = ()
-    old = _condition(obs.status, "Invalid")
+    old = condition(obs.status, "Invalid")
     if not old or old.get("status") != "True" or old.get("message") != message:
         notes = (Note("Warning", reason, message),)
     return Outcome(None, status, notes, members=member_zones, spec=spec)
@@ -500,47 +528,5 @@ def _status(
     return status
 
 
-def set_condition(
-    conditions: list[dict[str, Any]],
-    kind: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: float,
-    observed_generation: int,
-) -> list[dict[str, Any]]:
-    """Conditions with ``kind`` set; lastTransitionTime changes only when its status does."""
-    old = next((c for c in conditions if c.get("type") == kind), None)
-    since = old.get("lastTransitionTime") if old and old.get("status") == status else None
-    new = {
-        "type": kind,
-        "status": status,
-        "reason": reason,
-        "lastTransitionTime": since or rfc3339(now),
-        "observedGeneration": observed_generation,
-    }
-    if message:  # omitted when empty, as Kubernetes does (this API server also reads "" as null)
-        new["message"] = message
-    rest = [c for c in conditions if c.get("type") != kind]
-    return sorted([*rest, new], key=lambda c: _order(c.get("type", "")))
-
-
-def condition_status(status: Mapping[str, Any], kind: str) -> str | None:
-    c = _condition(status, kind)
-    return c.get("status") if c else None
-
-
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
-
-
-def _order(kind: str) -> int:
-    return CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES)
-
-
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

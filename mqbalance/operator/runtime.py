@@ -27,6 +27,7 @@ from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import pod_info
 from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
+from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.settings import OperatorConfig
 from mqbalance.operator.shards import Shards, run_shards, shard_of
 from mqbalance.operator.writes import Writer
@@ -35,7 +36,14 @@ logger = logging.getLogger("mqbalance.operator")
 
 CONFIGMAP_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{GROUP_LABEL}"
 CONFIGMAP_FIELDS = ("namespace", "name", "resourceVersion", "labels", "annotations")
-TOPIC_STATUS_FIELDS = ("observedGeneration", "brokers", "readableQueues", "writableQueues")
+TOPIC_STATUS_FIELDS = (
+    "observedGeneration",
+    "brokers",
+    "readableQueues",
+    "writableQueues",
+    "route",
+    "conditions",
+)
 
 
 class Runtime:
@@ -61,7 +69,11 @@ class Runtime:
         writer = Writer(client)
         metrics = OperatorMetrics(registry, lambda: self.controller.gauges() if self.controller else [])
         self.controller = Controller(
-            writer, metrics, Journal(config.journal), debounce_override=config.debounce_override
+            writer,
+            metrics,
+            Journal(config.journal),
+            debounce_override=config.debounce_override,
+            routes=RouteReader(config.name_server, config.name_server_timeout),
         )
         self._http = await serve(create_app(registry, self._health), config.metrics_port, config.metrics_host)
         logger.info("metrics and /healthz on port %d", config.metrics_port)
@@ -119,6 +131,9 @@ class Runtime:
         if self.standby:
             return {"standby": True, "groups": 0}
         health: dict[str, Any] = {"groups": len(self.controller.groups) if self.controller else 0}
+        if self.controller is not None:
+            queue = self.controller.queue
+            health["work"] = {"queued": len(queue), "working": queue.busy, "later": queue.waiting}
         if self._shards is not None:
             health["shards"] = sorted(self._shards.owned)
             health["members"] = list(self._shards.members)

@@ -27,3 +27,7 @@ class OperatorConfig:
     """Keys reconciled at once (each key by one worker at a time)."""
     max_requests: int = 32
     """API requests (not watches) in flight at once."""
+    name_server: str | None = None
+    """NameServer addresses (``a:9876;b:9876``) for Topics whose spec.nameServer names none."""
+    name_server_timeout: float = 3.0
+    """Seconds for one route request to one NameServer."""

@@ -96,10 +96,18 @@ class Shards:
         self.members: tuple[str, ...] = ()
         """The live replicas at the last step, sorted."""
         self._seen: dict[str, tuple[object, float]] = {}
+        self._refused: set[int] = set()
+        """Shards of ours that work was refused on since the last step (their Lease was not held)."""
 
     def owns(self, namespace: str, name: str) -> bool:
+        """Whether this replica may work on the group now."""
         shard = shard_of(namespace, name, self.count)
-        return shard in self.owned and self.locks[shard].held
+        if shard not in self.owned:
+            return False  # its owner works on it; should it become ours, it is gained then
+        if self.locks[shard].held:
+            return True
+        self._refused.add(shard)
+        return False
 
     def plan(self, members: tuple[str, ...]) -> frozenset[int]:
         """The shards this replica should hold when ``members`` (sorted) are live."""
@@ -114,6 +122,10 @@ class Shards:
         plan is released only once it is not.
         """
         before = self.owned
+        # Work refused on a shard of ours whose Lease was not renewed in time (a busy loop, a slow
+        # API server) was skipped: once renewed, the shard counts as gained again, so its groups
+        # are looked at afresh.
+        refused, self._refused = self._refused, set()
         await self.member.try_hold()
         self.members = await self._live_members()
         wanted = self.plan(self.members)
@@ -128,7 +140,12 @@ class Shards:
                 else:
                     await lock.release()
         self.owned = frozenset(owned)
-        gained, lost = self.owned - before, before - self.owned
+        gained, lost = (self.owned - before) | (self.owned & refused), before - self.owned
+        if self.owned & refused:
+            logger.warning(
+                "shards %s were not renewed in time and work on them waited; it runs now",
+                sorted(self.owned & refused),
+            )
         if gained or lost:
             logger.info(
                 "shards: holding %s of %d (members %s)",

@@ -177,6 +177,8 @@ def parse_handover(data: Any, model: MessageModel) -> HandoverSpec:
 
 def unknown_config_queues(strategy: StrategySpec, routes: Mapping[str, TopicRoute]) -> list[str]:
     """CONFIG queues (``broker/queueId``) that no subscribed topic has as a readable queue."""
+    if not strategy.config:
+        return []
     present = {(mq.broker_name, mq.queue_id) for r in routes.values() for mq in r.readable_queues()}
     return sorted(
         {

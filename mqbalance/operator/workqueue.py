@@ -49,6 +49,11 @@ class WorkQueue(Generic[K]):
         return sum(len(q) for q in self._queues.values())
 
     @property
+    def waiting(self) -> int:
+        """How many keys wait for a later time (debounce windows, retries, polls)."""
+        return len(self._delayed)
+
+    @property
     def busy(self) -> int:
         """How many keys are being processed now."""
         return len(self._active)

@@ -20,6 +20,7 @@ from mqbalance.contract import (
     Ack,
     AssignmentDocument,
     DocumentError,
+    RouteNotRead,
     SpecError,
     configmap_name,
     custom_path,
@@ -87,7 +88,8 @@ def configmap_snapshot(obj: Mapping[str, Any]) -> str | None:
 
 
 def topic_snapshot(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("spec") or {}
+    """The spec, and the route the operator read from a NameServer (for Topics that name one)."""
+    return {"spec": obj.get("spec") or {}, "route": (obj.get("status") or {}).get("route")}
 
 
 class AckRecorder:
@@ -158,12 +160,16 @@ class KubernetesSource:
         return informer
 
     def topic_informer(self, state: SidecarState) -> Informer[Mapping[str, Any]]:
-        def changed(key: Key, old: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> None:
-            if spec is None:
+        def changed(key: Key, old: Mapping[str, Any] | None, topic: Mapping[str, Any] | None) -> None:
+            if topic is None:
                 state.delete_route(key[1])
                 return
             try:
-                route = read_topic(key[1], spec)
+                route = read_topic(key[1], topic["spec"], topic["route"])
+            except RouteNotRead as e:
+                log.info("%s; serving its route once the operator has read it", e)
+                state.delete_route(key[1])
+                return
             except SpecError as e:
                 log.error("%s; not serving its route", e)
                 state.delete_route(key[1])

@@ -18,10 +18,13 @@ from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import Ack, configmap_name
 from mqbalance.kube import ApiError, Conflict
+from mqbalance.model import Broker
 from mqbalance.operator.controller import Controller, work_priority
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
+from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.spec import LabelSelector, Requirement
+from mqbalance.operator.topics import RouteRead, topic_status
 from mqbalance.operator.workqueue import WorkQueue
 from mqbalance.operator.writes import Writer
 
@@ -41,6 +44,7 @@ class FakeApi:
         self.writes: list[tuple[str, str]] = []
         self.events: list[dict[str, Any]] = []
         self.json_patches: list[list[dict[str, Any]]] = []
+        self.merge_patches: list[tuple[str, dict[str, Any]]] = []
 
     def _written(self, method: str, path: str) -> None:
         self.writes.append((method, path))
@@ -71,6 +75,7 @@ class FakeApi:
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         self._written("PATCH", path)
+        self.merge_patches.append((path, dict(patch)))
         return dict(patch)
 
     async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -119,11 +124,12 @@ class Journal:
         pass
 
 
+TOPIC_SPEC = {"brokers": [{"name": "b", "readQueueNums": 4, "writeQueueNums": 4}]}
 TOPIC = {
     "metadata": {"namespace": NS, "name": "t", "generation": 1},
-    "spec": {"brokers": [{"name": "b", "readQueueNums": 4, "writeQueueNums": 4}]},
+    "spec": TOPIC_SPEC,
     # What the operator writes, so no Topic status patch takes part in these tests.
-    "status": {"observedGeneration": 1, "brokers": 1, "readableQueues": 4, "writableQueues": 4},
+    "status": topic_status("t", TOPIC_SPEC, 1, {}, None, 0.0),
 }
 
 
@@ -145,8 +151,21 @@ def pod(name: str, **labels: str) -> PodInfo:
     return PodInfo(name, {"app": "g", **labels}, "n1", running=True, ready=True)
 
 
+class FakeRoutes(RouteReader):
+    """Answers route reads from ``answers`` (the last one repeats) and counts them."""
+
+    def __init__(self, *answers: RouteRead) -> None:
+        super().__init__()
+        self.answers = list(answers)
+        self.asked: list[tuple[str, list[str]]] = []
+
+    async def read(self, topic: str, addresses: Any = ()) -> RouteRead:
+        self.asked.append((topic, list(addresses)))
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, routes: RouteReader | None = None) -> None:
         self.api = FakeApi()
         self.timer = HandTimer()
         self.journal = Journal()
@@ -157,6 +176,7 @@ class Harness:
             self.journal,  # type: ignore[arg-type]
             clock=lambda: 1_800_000_000.0 + self.timer.time,
             queue=WorkQueue(self.timer, work_priority),
+            routes=routes or RouteReader(),
         )
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -408,3 +428,74 @@ async def test_a_release_that_never_comes_is_overridden_at_the_timeout() -> None
         overridden = [e for e in h.api.events if e["reason"] == "ReleaseOverridden"]
         assert overridden
         assert overridden[0]["type"] == "Warning"
+
+
+def merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 merge patch applied to ``base``."""
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_of(**queues: int) -> RouteRead:
+    return RouteRead(tuple(Broker(b, n, n) for b, n in queues.items()), address="10.0.0.5:9876")
+
+
+async def test_a_route_read_from_a_name_server_reaches_the_groups_and_is_polled() -> None:
+    spec = {"topicName": "orders", "nameServer": {"addresses": ["10.0.0.5:9876"], "pollSeconds": 30}}
+    topic: dict[str, Any] = {
+        "metadata": {"namespace": NS, "name": "t", "generation": 1},
+        "spec": spec,
+        "status": {},
+    }
+    unreachable = RouteRead(None, reason="NameServerUnreachable", message="no NameServer answered")
+    routes = FakeRoutes(read_of(a=2), read_of(a=2, b=2), unreachable)
+    status_path = f"/apis/mqbalance.io/v1alpha1/namespaces/{NS}/topics/t/status"
+
+    async def status_comes_back() -> dict[str, Any]:
+        nonlocal topic
+        patch = [p for path, p in h.api.merge_patches if path == status_path][-1]
+        old, topic = topic, merge(topic, patch)
+        h.controller.on_topic((NS, "t"), old, topic)
+        await h.settle()
+        status: dict[str, Any] = topic["status"]
+        return status
+
+    async with Harness(routes) as h:
+        c = h.controller
+        c.on_topic((NS, "t"), None, topic)
+        c.on_pod((NS, "p1"), None, pod("p1"))
+        c.on_group((NS, "g"), None, group())
+        c.synced.set()
+        await h.settle()
+        assert routes.asked == [("orders", ["10.0.0.5:9876"])]
+        assert h.published_generations() == []  # the group waits for the route
+        status = await status_comes_back()
+        assert status["readableQueues"] == 2
+        assert len(h.journal.records[-1].queues["orders"]) == 2
+        assert len(routes.asked) == 1  # our own status write does not read again
+
+        h.timer.advance(30.0)  # the poll: broker b joined the route
+        await h.settle()
+        assert len(routes.asked) == 2
+        status = await status_comes_back()
+        assert status["readableQueues"] == 4
+        assert h.published_generations() == [1, 2]
+
+        h.timer.advance(30.0)  # unreachable: the route read before stays, and so does the assignment
+        await h.settle()
+        status = await status_comes_back()
+        available = next(c for c in status["conditions"] if c["type"] == "RouteAvailable")
+        assert (available["status"], available["reason"]) == ("False", "NameServerUnreachable")
+        assert "keeping the route read before" in available["message"]
+        assert status["route"]["brokers"][1]["name"] == "b"
+        assert h.published_generations() == [1, 2]
+        h.timer.advance(1.0)  # failures are retried sooner than the poll
+        await h.settle()
+        assert len(routes.asked) == 4

@@ -150,6 +150,24 @@ async def test_work_in_flight_keeps_a_shard_until_it_drains() -> None:
     assert (sorted(a.owned), sorted(b.owned)) == ([0], [1])
 
 
+@pytest.mark.asyncio
+async def test_work_refused_on_a_shard_renewed_late_runs_once_it_is_renewed() -> None:
+    """A busy loop renews late: the groups refused meanwhile are looked at again after."""
+    fleet = Fleet(count=2)
+    a = fleet.add("a")
+    gained, _ = await a.step(lambda shard: False)
+    assert gained == {0, 1}
+    fleet.now += DURATION * 0.7  # past two thirds: no longer safe to work on
+    group = next(f"g{i}" for i in range(100) if shard_of("ns", f"g{i}", 2) == 0)
+    assert not a.owns("ns", group)
+    gained, lost = await a.step(lambda shard: False)
+    assert gained == {0}  # shard 1 was not refused anything: no resync
+    assert not lost
+    assert a.owns("ns", group)
+    gained, _ = await a.step(lambda shard: False)
+    assert gained == frozenset()
+
+
 def test_the_shard_of_a_group_is_stable_and_spread() -> None:
     assert shard_of("shop", "orders", 16) == shard_of("shop", "orders", 16)
     spread = Counter(shard_of("ns", f"g{i}", 8) for i in range(8000))

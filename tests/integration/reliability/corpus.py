@@ -34,6 +34,8 @@ CONFIG_NEEDS_MAP = "strategy CONFIG needs spec.strategy.config: map member pod n
 VALUES_NEEDED = "operators In and NotIn need at least one value in values"
 NO_VALUES = "operators Exists and DoesNotExist take no values; remove values"
 NAME_TOO_LONG = "metadata.name may have at most 63 characters"
+# crds/mqbalance.io_topics.yaml
+TOPIC_NEEDS_COUNTS = "without spec.nameServer, spec.brokers must list every broker with readQueueNums"
 
 
 @dataclass(frozen=True)
@@ -114,15 +116,17 @@ TOPIC_REJECT: dict[str, list[Any]] = {
         {"name": "x"},
         [None],
         [1],
-        ...,
         [{"name": f"b{i}", "readQueueNums": 1, "writeQueueNums": 1} for i in range(65)],
     ],
-    "brokers[0].readQueueNums": [-1, 1025, 2**40, "8", 1.5, True, None, ...],
-    "brokers[0].writeQueueNums": [-1, 1025, "x", 3.25, None, ...],
+    "brokers[0].readQueueNums": [-1, 1025, 2**40, "8", 1.5, True],
+    "brokers[0].writeQueueNums": [-1, 1025, "x", 3.25],
     "brokers[0].perm": [16, -1, "6", 6.5],
     "brokers[0].name": ["", "has space", "x" * 128, "ünïcode", "a/b", None, 42, ...],
     "brokers[0].zone": ["z" * 64, 7, ["zone-a"]],
     "topicName": ["has space", "t" * 128, "topic/with/slash", "日本", 1],
+    "nameServer": ["10.0.0.5:9876", [], 1],
+    "nameServer.addresses": ["10.0.0.5:9876", ["10.0.0.5"], ["a:9876;b:9876"], ["has space:9876"], [1]],
+    "nameServer.pollSeconds": [0, 4, 3601, "30", 1.5],
 }
 GROUP_REJECT: dict[str, list[Any]] = {
     "topics": [
@@ -213,6 +217,30 @@ def hand_written() -> list[Case]:
             "spec.brokers[2]",
         ),
         # Rejected by the CEL rules of the current server, reported by the operator on 1.20.
+        Case(
+            "Topic",
+            "no brokers and no nameServer",
+            {"topicName": "orders"},
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+        ),
+        Case(
+            "Topic",
+            "a broker without readQueueNums, no nameServer",
+            _set(base_topic(), "brokers[0].readQueueNums", ...),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+        ),
+        Case(
+            "Topic",
+            "a broker with readQueueNums null (dropped, so missing), no nameServer",
+            _set(base_topic(), "brokers[0].readQueueNums", None),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+        ),
+        Case(
+            "Topic",
+            "a broker without writeQueueNums, no nameServer",
+            _set(base_topic(), "brokers[1].writeQueueNums", ...),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+        ),
         Case(
             "ConsumerGroup",
             "MACHINE_ROOM without idcs",

@@ -15,7 +15,7 @@ from pytest_aiohttp import AiohttpServer
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument
 from mqbalance.kube import Backoff, KubeClient
 from mqbalance.model import UNKNOWN_ZONE
-from mqbalance.sidecar.watch import KubernetesSource
+from mqbalance.sidecar.watch import KubernetesSource, topic_snapshot
 from tests.unit.sidecar.sidecar_support import FakeClock, document, make_config, make_state
 
 pytestmark = pytest.mark.asyncio
@@ -130,7 +130,9 @@ async def test_topic_resources_become_routes() -> None:
         },
     }
     unnamed = {"metadata": {"name": "audit"}, "spec": {"brokers": [{"name": "b", "readQueueNums": 1}]}}
-    informer.on_list({("shop", "orders-topic"): orders["spec"], ("shop", "audit"): unnamed["spec"]})  # type: ignore[dict-item]
+    informer.on_list(
+        {("shop", "orders-topic"): topic_snapshot(orders), ("shop", "audit"): topic_snapshot(unnamed)}
+    )
     found = state.route("orders")  # the malformed one is skipped, not fatal
     assert found is not None
     resource, route = found
@@ -142,11 +144,38 @@ async def test_topic_resources_become_routes() -> None:
     assert len(route.writable_queues()) == 2
     assert state.route("audit") is None
     fixed = {"brokers": [{"name": "b", "readQueueNums": 1, "writeQueueNums": 1}]}
-    informer.on_event("MODIFIED", ("shop", "audit"), fixed)
+    informer.on_event("MODIFIED", ("shop", "audit"), topic_snapshot({"spec": fixed}))
     assert state.route("audit") is not None  # topicName defaults to the resource name
-    informer.on_event("DELETED", ("shop", "orders-topic"), orders["spec"])
+    informer.on_event("DELETED", ("shop", "orders-topic"), topic_snapshot(orders))
     assert state.route("orders") is None
     # The same reader as the operator's: a broker listed twice is refused, not half-served.
     twice = {"brokers": [fixed["brokers"][0], fixed["brokers"][0]]}
-    informer.on_event("MODIFIED", ("shop", "audit"), twice)
+    informer.on_event("MODIFIED", ("shop", "audit"), topic_snapshot({"spec": twice}))
     assert state.route("audit") is None
+
+
+async def test_a_topic_read_from_a_name_server_is_served_once_its_route_is_read() -> None:
+    state = make_state(make_config(), FakeClock())
+    informer = KubernetesSource(None, "shop", ["orders"]).topic_informer(state)  # type: ignore[arg-type]
+    topic: dict[str, Any] = {
+        "metadata": {"name": "orders"},
+        "spec": {"nameServer": {"addresses": ["10.0.0.5:9876"]}, "brokers": [{"name": "a", "zone": "z1"}]},
+    }
+    informer.on_list({("shop", "orders"): topic_snapshot(topic)})
+    assert state.route("orders") is None  # nothing read yet: nothing to serve
+    topic["status"] = {
+        "route": {
+            "nameServer": "10.0.0.5:9876",
+            "brokers": [
+                {"name": "a", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6, "master": True},
+                {"name": "b", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6, "master": False},
+            ],
+        }
+    }
+    informer.on_event("MODIFIED", ("shop", "orders"), topic_snapshot(topic))
+    found = state.route("orders")
+    assert found is not None
+    route = found[1]
+    assert [(b.name, b.zone) for b in route.brokers] == [("a", "z1"), ("b", UNKNOWN_ZONE)]
+    assert len(route.readable_queues()) == 4  # a consumer reads from a slave too
+    assert {mq.broker_name for mq in route.writable_queues()} == {"a"}  # a producer needs a master

@@ -1,0 +1,157 @@
+"""A Topic's status: the route it resolves to, where that came from, and whether the spec agrees.
+
+Pure, like the group reconcile: the controller reads the NameServer (when the Topic names one)
+and hands the outcome in as a :class:`RouteRead`; :func:`topic_status` says what the status
+should be. A failed read keeps the route read before, so consumers keep their queues while a
+NameServer is away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mqbalance.contract import SpecError
+from mqbalance.contract.topic import (
+    BrokerEntry,
+    broker_entries,
+    read_route_status,
+    read_topic,
+    reads_name_server,
+    route_status,
+)
+from mqbalance.model import Broker, TopicRoute
+from mqbalance.operator.conditions import set_condition
+
+CONDITION_TYPES = ("RouteAvailable", "RouteInSync")
+
+DEFAULT_POLL_SECONDS = 30.0
+"""How often a NameServer route is read again: the Java client's pollNameServerInterval."""
+
+
+@dataclass(frozen=True)
+class RouteRead:
+    """One attempt to read a Topic's route from its NameServers."""
+
+    brokers: tuple[Broker, ...] | None
+    """The route's brokers (zones unknown), or None when the read failed."""
+    address: str = ""
+    """The NameServer that answered."""
+    reason: str = "Read"
+    """On failure: NameServerUnreachable, TopicNotFound, RequestFailed or NoNameServer."""
+    message: str = ""
+
+
+def topic_status(
+    resource_name: str,
+    spec: Mapping[str, Any] | None,
+    generation: int,
+    current: Mapping[str, Any],
+    read: RouteRead | None,
+    now: float,
+) -> dict[str, Any]:
+    """The Topic's status after ``read`` (None for a Topic written by hand)."""
+    status: dict[str, Any] = {
+        k: current[k] for k in ("brokers", "readableQueues", "writableQueues") if k in current
+    }
+    status["observedGeneration"] = generation
+    conditions = [dict(c) for c in current.get("conditions") or []]
+
+    def put(kind: str, state: str, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = set_condition(conditions, kind, state, reason, message, now, generation, CONDITION_TYPES)
+
+    spec = spec if isinstance(spec, Mapping) else {}
+    if not reads_name_server(spec):
+        conditions = [c for c in conditions if c.get("type") != "RouteInSync"]
+        try:
+            route = read_topic(resource_name, spec)
+        except SpecError as e:
+            put("RouteAvailable", "False", "InvalidSpec", str(e))
+        else:
+            status.update(_counts(route.brokers))
+            put("RouteAvailable", "True", "Spec", "the route is spec.brokers")
+        status["conditions"] = conditions
+        return status
+
+    kept = current.get("route")
+    if read is not None and read.brokers is not None:
+        kept = route_status(read.address, read.brokers)
+        put("RouteAvailable", "True", "Read", f"read from NameServer {read.address}")
+    elif read is not None:
+        held = "keeping the route read before" if kept else "no route read yet"
+        put("RouteAvailable", "False", read.reason, f"{read.message}; {held}")
+    if kept is not None:
+        status["route"] = kept
+    try:
+        entries = broker_entries(resource_name, spec)
+        brokers = read_route_status(resource_name, kept) if kept is not None else None
+    except SpecError as e:
+        put("RouteAvailable", "False", "InvalidSpec", str(e))
+        put("RouteInSync", "Unknown", "InvalidSpec", "the spec cannot be compared with the route")
+        status["conditions"] = conditions
+        return status
+    if brokers is None:
+        put("RouteInSync", "Unknown", "NoRoute", "no route read yet")
+    else:
+        status.update(_counts(brokers))
+        drift = route_drift(entries, brokers)
+        if drift:
+            put("RouteInSync", "False", "Drift", "; ".join(drift))
+        else:
+            put("RouteInSync", "True", "InSync", "spec.brokers agrees with the route")
+    status["conditions"] = conditions
+    return status
+
+
+def route_drift(entries: Sequence[BrokerEntry], brokers: Sequence[Broker]) -> list[str]:
+    """Where ``spec.brokers`` disagrees with the route read: brokers it names that the route lacks,
+    queue counts it gives that differ, and (when it lists any broker) brokers it does not name,
+    whose zone is therefore unknown."""
+    read = {b.name: b for b in brokers}
+    named = {e.name for e in entries}
+    drift = []
+    for e in entries:
+        b = read.get(e.name)
+        if b is None:
+            drift.append(f"broker {e.name} is in spec.brokers but not in the route")
+            continue
+        for key, want, got in (
+            ("readQueueNums", e.read_queue_nums, b.read_queue_nums),
+            ("writeQueueNums", e.write_queue_nums, b.write_queue_nums),
+        ):
+            if want is not None and want != got:
+                drift.append(f"broker {e.name}: spec.brokers says {key} {want}, the route {got}")
+    if entries:
+        unnamed = sorted(read.keys() - named)
+        if unnamed:
+            drift.append(
+                f"brokers {', '.join(unnamed)} are in the route but not in spec.brokers (zone unknown)"
+            )
+    return drift
+
+
+def poll_seconds(spec: Mapping[str, Any] | None) -> float:
+    """``spec.nameServer.pollSeconds``, or the default when absent or unreadable."""
+    name_server = spec.get("nameServer") if isinstance(spec, Mapping) else None
+    value = name_server.get("pollSeconds") if isinstance(name_server, Mapping) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+        return float(value)
+    return DEFAULT_POLL_SECONDS
+
+
+def name_server_addresses(spec: Mapping[str, Any] | None) -> list[str]:
+    """``spec.nameServer.addresses`` (empty: the operator's own NameServer)."""
+    name_server = spec.get("nameServer") if isinstance(spec, Mapping) else None
+    addresses = name_server.get("addresses") if isinstance(name_server, Mapping) else None
+    return [a for a in addresses if isinstance(a, str)] if isinstance(addresses, list) else []
+
+
+def _counts(brokers: Sequence[Broker]) -> dict[str, int]:
+    route = TopicRoute("", tuple(brokers))
+    return {
+        "brokers": len(route.brokers),
+        "readableQueues": len(route.readable_queues()),
+        "writableQueues": len(route.writable_queues()),
+    }

@@ -1,0 +1,200 @@
+"""Topics whose route the operator reads from a real NameServer: groups follow the route, drift and
+an unreachable NameServer are reported, the last good route is kept."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client, config
+
+from harness import kubelet
+from harness.cluster import LocalCluster
+from harness.polling import wait_for
+from harness.processes import OperatorProcess
+from harness.rocketmq import RocketMQ
+from mqbalance.model import PERM_READ
+from tests.integration.operator_support import (
+    GROUP,
+    VERSION,
+    apply_group,
+    condition,
+    custom,
+    read_document,
+    wait_generation,
+)
+
+DEAD = "127.0.0.1:1"  # nothing listens on port 1
+POD_LABELS = {"app": "routes"}
+
+
+@pytest.fixture(scope="module")
+def routes_namespace(cluster: LocalCluster, crds: None) -> Iterator[str]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    name = f"routes-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    node = f"node-routes-{uuid.uuid4().hex[:6]}"
+    kubelet.create_node(api, node, "zone-a")
+    kubelet.start_pods(api, name, "consumer", 3, POD_LABELS, [node])
+    yield name
+    core.delete_namespace(name)
+    kubelet.delete_node(api, node)
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: LocalCluster, rocketmq: RocketMQ, routes_namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator, with the real NameServer as its own (for Topics that name none)."""
+    workdir: Path = tmp_path_factory.mktemp("operator-routes")
+    op = OperatorProcess(cluster, [routes_namespace], workdir, "--name-server", rocketmq.namesrv_addr)
+    op.start()
+    yield op
+    op.stop()
+    print(op.tail(200))
+
+
+def put_topic(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Topic",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    topics = custom(api)
+    try:
+        current = cast(
+            dict[str, Any], topics.get_namespaced_custom_object(GROUP, VERSION, namespace, "topics", name)
+        )
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+        topics.create_namespaced_custom_object(GROUP, VERSION, namespace, "topics", body)
+        return
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    topics.replace_namespaced_custom_object(GROUP, VERSION, namespace, "topics", name, body)
+
+
+def status_of(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    obj = cast(
+        dict[str, Any], custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    )
+    return obj.get("status") or {}
+
+
+def topic_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return status_of(api, namespace, "topics", name)
+
+
+def wait_topic(
+    api: client.ApiClient, namespace: str, name: str, kind: str, state: str, reason: str
+) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        status = topic_status(api, namespace, name)
+        c = condition(status, kind) if status.get("conditions") else {}
+        return status if (c.get("status"), c.get("reason")) == (state, reason) else None
+
+    return wait_for(f"Topic {name} {kind}={state} ({reason})", probe, 60)
+
+
+def route_counts(status: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    return {
+        b["name"]: (b["readQueueNums"], b["writeQueueNums"], b["perm"]) for b in status["route"]["brokers"]
+    }
+
+
+def test_a_group_follows_the_route_the_name_server_gives(
+    api_client: client.ApiClient,
+    rocketmq: RocketMQ,
+    routes_namespace: str,
+    operator: OperatorProcess,
+    topic_name: str,
+) -> None:
+    api, ns = api_client, routes_namespace
+    rocketmq.create_topic(topic_name, read_queues=4, write_queues=2, brokers=["broker-a"])
+    rocketmq.create_topic(topic_name, 2, perm=PERM_READ, brokers=["broker-b"])
+    spec: dict[str, Any] = {
+        "topicName": topic_name,
+        "nameServer": {"addresses": [DEAD, rocketmq.namesrv_addr], "pollSeconds": 5},
+        "brokers": [{"name": "broker-a", "zone": "zone-a"}, {"name": "broker-b", "zone": "zone-b"}],
+    }
+    put_topic(api, ns, "orders", spec)
+    status = wait_topic(api, ns, "orders", "RouteAvailable", "True", "Read")
+    assert route_counts(status) == {"broker-a": (4, 2, 6), "broker-b": (2, 2, PERM_READ)}
+    assert status["route"]["nameServer"] == rocketmq.namesrv_addr  # the dead one was skipped
+    assert (status["readableQueues"], status["writableQueues"]) == (6, 2)
+    assert condition(status, "RouteInSync")["status"] == "True"
+
+    apply_group(api, ns, "orders", {"topics": ["orders"], "selector": {"matchLabels": POD_LABELS}})
+    doc = wait_generation(api, ns, "orders", 1)
+    queues = [mq for qs in doc.topics[topic_name].values() for mq in qs]
+    assert len(queues) == 6
+    assert doc.broker_zones == {"broker-a": "zone-a", "broker-b": "zone-b"}
+
+    # The topic grows on the broker: within a poll the Topic and the group follow.
+    rocketmq.create_topic(topic_name, read_queues=8, write_queues=8, brokers=["broker-a"])
+    grown = wait_generation(api, ns, "orders", doc.generation + 1)
+    assert sum(len(qs) for qs in grown.topics[topic_name].values()) == 10
+    assert topic_status(api, ns, "orders")["readableQueues"] == 10
+
+    # Counts written in the spec that the route does not have are drift, reported, not obeyed.
+    spec["brokers"][0] |= {"readQueueNums": 4, "writeQueueNums": 2}
+    put_topic(api, ns, "orders", spec)
+    drift = wait_topic(api, ns, "orders", "RouteInSync", "False", "Drift")
+    assert (
+        "broker broker-a: spec.brokers says readQueueNums 4, the route 8"
+        in condition(drift, "RouteInSync")["message"]
+    )
+    assert drift["readableQueues"] == 10
+
+    # No NameServer answers: the route read before stays, and so does the assignment.
+    before = route_counts(drift)
+    spec["nameServer"]["addresses"] = [DEAD]
+    put_topic(api, ns, "orders", spec)
+    away = wait_topic(api, ns, "orders", "RouteAvailable", "False", "NameServerUnreachable")
+    message = condition(away, "RouteAvailable")["message"]
+    assert DEAD in message
+    assert message.endswith("keeping the route read before")
+    assert route_counts(away) == before
+    kept = read_document(api, ns, "orders")
+    assert kept is not None
+    assert kept.generation == grown.generation
+
+
+def test_the_operators_own_name_server_and_a_missing_topic(
+    api_client: client.ApiClient,
+    rocketmq: RocketMQ,
+    routes_namespace: str,
+    operator: OperatorProcess,
+    topic_name: str,
+) -> None:
+    api, ns = api_client, routes_namespace
+    put_topic(api, ns, "missing", {"topicName": topic_name, "nameServer": {}})
+    missing = wait_topic(api, ns, "missing", "RouteAvailable", "False", "TopicNotFound")
+    assert "no route read yet" in condition(missing, "RouteAvailable")["message"]
+    apply_group(api, ns, "waiting", {"topics": ["missing"], "selector": {"matchLabels": POD_LABELS}})
+
+    def invalid() -> dict[str, Any] | None:
+        status = status_of(api, ns, "consumergroups", "waiting")
+        c = condition(status, "Invalid") if status.get("conditions") else None
+        return c if c and c.get("reason") == "TopicRouteNotRead" else None
+
+    assert (
+        "not been read from the NameServer yet"
+        in wait_for("group waiting on the route", invalid, 60)["message"]
+    )
+    # The topic is created in RocketMQ: the next poll (30 s by default) finds it; the group publishes.
+    rocketmq.create_topic(topic_name, 2)
+    found = wait_for(
+        "the route of a topic created later",
+        lambda: topic_status(api, ns, "missing") if topic_status(api, ns, "missing").get("route") else None,
+        90,
+    )
+    assert found["route"]["nameServer"] == rocketmq.namesrv_addr
+    doc = wait_generation(api, ns, "waiting", 1)
+    assert sum(len(qs) for qs in doc.topics[topic_name].values()) == 4  # 2 queues on each broker
