@@ -244,6 +244,7 @@ def route_json(resource: str, route: TopicRoute) -> dict[str, Any]:
                 "readQueueNums": b.read_queue_nums,
                 "writeQueueNums": b.write_queue_nums,
                 "perm": b.perm,
+                "master": b.has_master,
             }
             for b in route.brokers
         ],

@@ -8,6 +8,7 @@ create; this file checks the CRDs as stored, rules on update, and field selector
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +159,11 @@ def test_field_selectors_pick_groups_and_topics(cluster: LocalCluster, namespace
     status, answer = cluster.request("GET", f"{cg}?fieldSelector=spec.zoneLabel%3Dx")
     assert status == 400, answer
     assert "spec.zoneLabel" in answer["message"]
+
+
+@pytest.mark.parametrize("example", ["topic.yaml", "topic-nameserver.yaml", "consumergroup.yaml"])
+def test_the_examples_are_accepted(cluster: LocalCluster, namespace: str, example: str) -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / example
+    validate = ["--validate=false"] if cluster.legacy else []
+    out = cluster.kubectl("apply", *validate, "--dry-run=server", "-n", namespace, "-f", str(path))
+    assert "(server dry run)" in out.stdout
