@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -79,9 +79,9 @@ class GroupState:
     selector: LabelSelector | None = None
     """None until reconciled, and while the spec does not parse: any pod change may matter then."""
     topics: frozenset[str] = frozenset()
-    nodes: frozenset[str] = frozenset()
+    nodes: Collection[str] = ()
     """Nodes of the pods the selector matched at the last reconcile."""
-    pods: frozenset[str] = frozenset()
+    pods: Collection[str] = ()
     debounce: float = DEFAULT_DEBOUNCE_SECONDS
     reported_problem: str | None = None
     failures: int = 0
@@ -459,8 +459,8 @@ class Controller:
         self._route(state, min(state.selector.match_labels.items(), default=None))
         state.debounce = outcome.spec.debounce_seconds
         matched = [p for p in pods if outcome.spec.selector.matches(p.labels)]
-        state.pods = frozenset(p.name for p in matched)
-        state.nodes = frozenset(p.node_name for p in matched if p.node_name)
+        state.pods = _small_set(p.name for p in matched)
+        state.nodes = _small_set({p.node_name for p in matched if p.node_name})
 
     # -- Topic status, in the same loop ---------------------------------------------------------------
 
@@ -517,6 +517,12 @@ class Controller:
 
     def gauges(self) -> list[GroupGauges]:
         return [s.gauges() for s in list(self.groups.values()) if s.written_status]
+
+
+def _small_set(items: Iterable[str]) -> Collection[str]:
+    """A tuple while a handful (a set of eight strings takes six times the memory), else a frozenset."""
+    values = tuple(items)
+    return values if len(values) <= 16 else frozenset(values)
 
 
 def _route_source(topic: Mapping[str, Any]) -> tuple[Any, Any]:

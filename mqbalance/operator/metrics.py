@@ -139,6 +139,11 @@ class OperatorMetrics:
             buckets=HANDOVER_BUCKETS,
             registry=registry,
         )
+        self.events_dropped = Counter(
+            "mqbalance_operator_events_dropped",
+            "Events not posted because too many were waiting (more than 1000, as client-go's limit).",
+            registry=registry,
+        )
         registry.register(GroupCollector(groups))
 
     def observe_handover(self, step: Step) -> None:

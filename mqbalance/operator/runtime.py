@@ -68,6 +68,7 @@ class Runtime:
         registry = CollectorRegistry()
         writer = Writer(client)
         metrics = OperatorMetrics(registry, lambda: self.controller.gauges() if self.controller else [])
+        writer.on_event_dropped = metrics.events_dropped.inc
         self.controller = Controller(
             writer,
             metrics,

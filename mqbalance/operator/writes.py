@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from mqbalance.contract import (
@@ -34,8 +34,9 @@ from mqbalance.kube import ApiError, Conflict, KubeClient
 
 logger = logging.getLogger("mqbalance.operator")
 
-EVENT_QUEUE = 10_000
-"""Events waiting to be posted; beyond it new ones are dropped (and counted), as kopf does."""
+EVENT_QUEUE = 1000
+"""Events waiting to be posted; beyond it new ones are dropped (and counted), as client-go's event
+broadcaster drops beyond its 1000."""
 EVENT_RATE = 20.0
 """Events posted a second at most (bursts of EVENT_BURST): a cold start of thousands of groups
 writes their ConfigMaps and status first; their Events follow at a pace the API server barely
@@ -118,14 +119,25 @@ def _q(segment: str) -> str:
     return quote(segment, safe="")
 
 
+class PendingEvent(NamedTuple):
+    namespace: str
+    name: str
+    uid: str | None
+    kind: str
+    type: str
+    reason: str
+    message: str
+    time: float
+
+
 class Writer:
     """The operator's writes through the one client."""
 
     def __init__(self, client: KubeClient, component: str = "mqbalance-operator") -> None:
         self.client = client
         self.component = component
-        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(EVENT_QUEUE)
-        self.events_dropped = 0
+        self._events: asyncio.Queue[PendingEvent] = asyncio.Queue(EVENT_QUEUE)
+        self.on_event_dropped: Callable[[], None] = lambda: None
 
     async def read_published(self, namespace: str, group: str) -> Published:
         path = f"/api/v1/namespaces/{_q(namespace)}/configmaps/{_q(configmap_name(group))}"
@@ -190,32 +202,39 @@ class Writer:
     # -- Events: posted in the background, off every reconcile's path --------------------------
 
     def post_event(self, involved: Mapping[str, Any], type: str, reason: str, message: str) -> None:
+        """Queue an Event on ``involved``; kept small until it is posted (a cold start queues many)."""
         meta = involved["metadata"]
-        now = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
+        kind = involved.get("kind") or CONSUMER_GROUP_KIND
+        pending = PendingEvent(
+            meta["namespace"], meta["name"], meta.get("uid"), kind, type, reason, message, time.time()
+        )
+        try:
+            self._events.put_nowait(pending)
+        except asyncio.QueueFull:
+            self.on_event_dropped()
+
+    def event_body(self, e: PendingEvent) -> dict[str, Any]:
+        at = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"generateName": f"{e.name}.", "namespace": e.namespace},
             "involvedObject": {
                 "apiVersion": API_VERSION,
-                "kind": involved.get("kind") or CONSUMER_GROUP_KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
+                "kind": e.kind,
+                "name": e.name,
+                "namespace": e.namespace,
+                "uid": e.uid,
             },
-            "type": type,
-            "reason": reason,
-            "message": message[:1000],  # the API server caps messages at 1 KiB
+            "type": e.type,
+            "reason": e.reason,
+            "message": e.message[:1000],  # the API server caps messages at 1 KiB
             "source": {"component": self.component},
             "reportingComponent": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
+            "firstTimestamp": at,
+            "lastTimestamp": at,
             "count": 1,
         }
-        try:
-            self._events.put_nowait(event)
-        except asyncio.QueueFull:
-            self.events_dropped += 1
 
     async def run_event_poster(self) -> None:
         """Post queued Events until cancelled, at most EVENT_RATE a second; a failed post is logged
@@ -223,7 +242,7 @@ class Writer:
         loop = asyncio.get_running_loop()
         tokens, refilled = float(EVENT_BURST), loop.time()
         while True:
-            event = await self._events.get()
+            pending = await self._events.get()
             now = loop.time()
             tokens = min(float(EVENT_BURST), tokens + (now - refilled) * EVENT_RATE)
             refilled = now
@@ -231,10 +250,8 @@ class Writer:
                 await asyncio.sleep((1.0 - tokens) / EVENT_RATE)
                 tokens, refilled = 1.0, loop.time()
             tokens -= 1.0
-            path = f"/api/v1/namespaces/{_q(event['metadata']['namespace'])}/events"
+            path = f"/api/v1/namespaces/{_q(pending.namespace)}/events"
             try:
-                await self.client.create(path, event)
+                await self.client.create(path, self.event_body(pending))
             except ApiError as e:
-                logger.debug(
-                    "event %s on %s not posted: %s", event["reason"], event["involvedObject"]["name"], e
-                )
+                logger.debug("event %s on %s not posted: %s", pending.reason, pending.name, e)
