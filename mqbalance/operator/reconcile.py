@@ -28,12 +28,14 @@ from typing import Any
 from mqbalance.document import AssignmentDocument, configmap_name
 from mqbalance.journal import JournalRecord
 from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue, TopicRoute, Zones
-from mqbalance.operator.membership import PodInfo, members
+from mqbalance.operator.membership import PodInfo, members, not_serving
 from mqbalance.operator.spec import GroupSpec, SpecError, parse_group, parse_topic, unknown_config_queues
 from mqbalance.quality import Figures, measure
 from mqbalance.strategies import AllocationError, allocate
 
 CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
+MAX_NOT_SERVING_LISTED = 10
+"""Pods listed by name in status.notServingPods; status.notServing counts them all."""
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,8 @@ def _status(
     zones: dict[str, int] = {}
     for zone in member_zones.values():
         zones[zone] = zones.get(zone, 0) + 1
+    idle_pods = not_serving(obs.pods, spec.selector)
+    why = not_serving_summary(idle_pods)
     conds = list(obs.status.get("conditions") or [])
     now, gen = obs.now, obs.generation
     conds = set_condition(conds, "Invalid", "False", "Valid", "the spec can be honoured", now, gen)
@@ -292,7 +296,7 @@ def _status(
             "Ready",
             "True",
             "Published",
-            f"generation {generation} serves {f.members} members",
+            f"generation {generation} serves {f.members} members" + (f"; {why}" if why else ""),
             now,
             gen,
         )
@@ -302,7 +306,7 @@ def _status(
             "Ready",
             "False",
             "NoMembers",
-            "no pod matching the selector is Running and Ready",
+            "no pod matching the selector is Running and Ready" + (f"; {why}" if why else ""),
             now,
             gen,
         )
@@ -360,6 +364,11 @@ def _status(
         "crossZoneQueues": f.cross_zone,
         "unassignedQueues": f.unassigned,
         "unknownZoneMembers": sorted(m for m, z in member_zones.items() if z == UNKNOWN_ZONE),
+        "notServing": len(idle_pods),
+        "notServingPods": [
+            {"name": p.name, "reason": p.reason, "message": p.message}
+            for p in idle_pods[:MAX_NOT_SERVING_LISTED]
+        ],
         "zones": dict(sorted(zones.items())),
         "lastRebalance": last_rebalance or dict(obs.status.get("lastRebalance") or {}),
         "conditions": conds,
@@ -367,6 +376,21 @@ def _status(
     if not status["lastRebalance"]:
         del status["lastRebalance"]
     return status
+
+
+def not_serving_summary(pods: Sequence[PodInfo]) -> str:
+    """E.g. "2 matching pods not serving: 1 CrashLoopBackOff (a-1), 1 NodeNotReady (a-2)"; "" for none."""
+    if not pods:
+        return ""
+    by_reason: dict[str, list[str]] = {}
+    for pod in pods:
+        by_reason.setdefault(pod.reason or "Unknown", []).append(pod.name)
+    parts = []
+    for reason, names in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        parts.append(f"{len(names)} {reason} ({shown})")
+    noun = "pod" if len(pods) == 1 else "pods"
+    return f"{len(pods)} matching {noun} not serving: {', '.join(parts)}"
 
 
 def set_condition(
