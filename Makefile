@@ -6,15 +6,19 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv control-plane demo test test-unit lint format bench crds clean
+.PHONY: help venv control-plane node images demo demo-node test test-node test-unit lint format bench bench-node crds clean
 
 help:
-	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
+	@echo "make demo           run the local demo: on real pods when a real node can run here, else pods acted out"
+	@echo "make demo-node      build the real node and images if needed, run the demo on real pods (root)"
 	@echo "make test           lint, type-check and run every test (unit, Spark, integration)"
+	@echo "make test-node      the real-pod tests: helm install, scaling, probes, bad input on a real node (root)"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
 	@echo "make lint           ruff and mypy"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse kube-apiserver, etcd, helm, promtool"
+	@echo "make node           also kubelet, kube-scheduler, kube-proxy, pause; install containerd, runc, CNI"
+	@echo "make images         build or reuse the container images (mmdebstrap base, podman, pause)"
 	@echo "make crds           copy crds/ into the Helm chart"
 
 $(STAMP): pyproject.toml
@@ -28,8 +32,17 @@ venv: $(STAMP)
 control-plane:
 	bash hack/build-control-plane.sh
 
+node:
+	bash hack/build-control-plane.sh --node
+
+images: node
+	bash hack/build-images.sh
+
 demo: venv control-plane
 	$(BIN)/python -m harness.demo
+
+demo-node: venv node images
+	$(BIN)/python -m harness.demo --mode real
 
 lint: venv
 	$(BIN)/ruff check .
@@ -47,12 +60,18 @@ test: venv control-plane lint
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
+test-node: venv node images
+	$(BIN)/pytest -m node tests/node
+
 bench: venv control-plane
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_sidecar.py
 	$(BIN)/python bench/bench_replay.py
 	$(BIN)/python bench/bench_rebalance_latency.py
 	$(BIN)/python bench/bench_operator_scale.py --groups 1000
+
+bench-node: venv node images
+	$(BIN)/python bench/bench_real_pods.py
 
 crds:
 	cp crds/*.yaml charts/mqbalance/crds/
