@@ -172,12 +172,20 @@ def sidecar_view(node: RealNode, pod: str, namespace: str = NAMESPACE) -> dict[s
 
 
 def operator_pod(node: RealNode) -> str:
+    """The operator pod that holds the Lease (the one acting), else a running one."""
+    status, lease = node.request(
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/{OPERATOR}"
+    )
+    holder = (lease.get("spec") or {}).get("holderIdentity") if status == 200 else None
     items = pods(
         node, f"app.kubernetes.io/component=operator,app.kubernetes.io/instance={RELEASE}", RELEASE_NAMESPACE
     )
-    running: list[str] = [p["metadata"]["name"] for p in items if is_ready(p)]
-    assert running, f"no Ready operator pod: {[p['metadata']['name'] for p in items]}"
-    return running[0]
+    names = [p["metadata"]["name"] for p in items]
+    if holder in names:
+        return str(holder)
+    running = [p["metadata"]["name"] for p in items if p.get("status", {}).get("phase") == "Running"]
+    assert running, f"no running operator pod: {names}"
+    return str(running[0])
 
 
 def journal(node: RealNode) -> list[JournalRecord]:

@@ -20,6 +20,7 @@ from harness.node_workload import (
     group_status,
     journal,
     kubectl_json,
+    pods,
     ready_pod_names,
     wait_members,
 )
@@ -36,6 +37,7 @@ def four_members(node: RealNode, consumers: None) -> Iterator[set[str]]:
     """Four healthy consumers before the test; afterwards every published generation is checked."""
     node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", "--replicas=4")
     rollout_status(node)
+    wait_for("no consumer pod but the four", lambda: len(pods(node)) == 4 or None, 60, 0.5)
     seen = len(journal(node))
     yield set(wait_members(node, 4).members)
     records = [r for r in journal(node)[seen:] if r.group == GROUP]
@@ -141,7 +143,8 @@ def test_a_node_that_goes_not_ready_takes_its_members_out(node: RealNode, four_m
         ready = condition(status, "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "NoMembers")
         assert "4 NodeNotReady" in ready["message"]
-        assert {p["name"] for p in status["notServingPods"]} == four_members
+        gone = {p["name"] for p in status["notServingPods"] if p["reason"] == "NodeNotReady"}
+        assert gone == four_members
         doc = assignment(node)
         assert doc is not None
         assert doc.members == {}

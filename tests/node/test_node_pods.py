@@ -47,6 +47,9 @@ def scale(node: RealNode, replicas: int) -> None:
 
 
 def test_operator_deployment_is_ready_and_holds_the_lease(node: RealNode, release: None) -> None:
+    node.kubectl(
+        "rollout", "status", "-n", RELEASE_NAMESPACE, f"deploy/{OPERATOR}", "--timeout=120s", timeout=140
+    )
     deployment = kubectl_json(node, "get", "deploy", "-n", RELEASE_NAMESPACE, OPERATOR)
     assert deployment["status"].get("readyReplicas") == 1
     pod = operator_pod(node)
@@ -90,10 +93,15 @@ def test_consumers_scale_3_5_4_and_each_sidecar_serves_its_own_pod(node: RealNod
         doc = wait_members(node, replicas)
         check_document(doc)
         check_each_sidecar(node, doc)
-    status = group_status(node)
+
+    # The scaled-down pod leaves at once; it shows as Terminating until the kubelet is done with it.
+    def settled() -> dict[str, object] | None:
+        status = group_status(node)
+        return status if status["notServing"] == 0 else None
+
+    status = wait_for("no pod left not serving", settled, 60, 0.5)
     assert status["members"] == 4
     assert condition(status, "Ready")["status"] == "True"
-    assert status["notServing"] == 0
 
 
 def test_a_failing_readiness_probe_takes_the_pod_out_until_it_passes(node: RealNode, consumers: None) -> None:
