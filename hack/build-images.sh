@@ -137,6 +137,14 @@ build_base() {  # prints the base image reference
   echo "$ref"
 }
 
+smoke_test() {  # both entry points start: non-root, read-only root, no network
+  local ref="$1" cmd
+  for cmd in operator sidecar; do
+    podman run --rm --read-only --network none --user 10001:10001 "$ref" "$cmd" --help >/dev/null ||
+      die "'mqbalance $cmd --help' did not run in $ref"
+  done
+}
+
 app_inputs() {  # every file the Dockerfile copies, plus the Dockerfile and .dockerignore
   (
     cd "$REPO"
@@ -168,7 +176,8 @@ build_app() {  # build_app BASE_REF -> prints the image reference
     --build-arg "PYTHON_IMAGE=$base" \
     --volume "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro" \
     --tag "$ref" "$REPO" >/dev/null || die "podman build failed"
-  log "application image built in $((SECONDS - start)) s"
+  smoke_test "$ref"
+  log "application image built in $((SECONDS - start)) s; both entry points start in it"
   echo "$ref"
 }
 
@@ -190,14 +199,6 @@ build_pause() {  # prints the image reference
   buildah commit --quiet "$c" "$ref" >/dev/null
   buildah rm "$c" >/dev/null
   echo "$ref"
-}
-
-smoke_test() {  # both entry points start: non-root, read-only root, no network
-  local ref="$1" cmd
-  for cmd in operator sidecar; do
-    podman run --rm --read-only --network none --user 10001:10001 "$ref" "$cmd" --help >/dev/null ||
-      die "'mqbalance $cmd --help' did not run in $ref"
-  done
 }
 
 prune() {  # prune REF... ARCHIVE...: keep only these; older tags and archives would pile up
@@ -224,7 +225,6 @@ main() {
   base="$(build_base)"
   app="$(build_app "$base")"
   pause="$(build_pause)"
-  smoke_test "$app"
   local app_tar pause_tar
   app_tar="$(archive_of "$app")"
   pause_tar="$(archive_of "$pause")"

@@ -283,13 +283,25 @@ def unmount_all(roots: Iterable[Path]) -> None:
                 run(["umount", "-l", point], check=False)
 
 
-def remove_pod_cgroups() -> None:
-    """The kubelet's ``kubepods`` hierarchy (cgroupfs driver), removed bottom-up once empty."""
+def _pod_cgroup_tops() -> list[Path]:
     root = Path("/sys/fs/cgroup")
     tops = [root / "kubepods"] + [d / "kubepods" for d in root.iterdir() if d.is_dir()]
-    for top in tops:
-        if not top.is_dir():
-            continue
+    return [t for t in tops if t.is_dir()]
+
+
+def pod_pids() -> list[int]:
+    """Processes in the kubelet's pod cgroups: containers whose shim died (they outlive it)."""
+    pids: set[int] = set()
+    for top in _pod_cgroup_tops():
+        for procs in top.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(line) for line in procs.read_text().split())
+    return sorted(pids)
+
+
+def remove_pod_cgroups() -> None:
+    """The kubelet's ``kubepods`` hierarchy (cgroupfs driver), removed bottom-up once empty."""
+    for top in _pod_cgroup_tops():
         for directory, _, _ in sorted(os.walk(top), key=lambda w: -w[0].count("/")):
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
@@ -315,6 +327,10 @@ def cleanup(state: HostState | None = None, extra_mount_roots: Iterable[Path] = 
     if shims:
         kill_pids(shims)
         done.append(f"killed {len(shims)} containerd shims")
+    orphans = pod_pids()
+    if orphans:
+        kill_pids(orphans)
+        done.append(f"killed {len(orphans)} container processes left by them")
     roots = [RUN_ROOT, NODE_ROOT, *extra_mount_roots]
     if state is not None:
         roots.append(Path(state.containerd_root))
@@ -367,6 +383,9 @@ def leftovers(node_ip: str | None = None, extra_mount_roots: Iterable[Path] = ()
     shims = shim_pids()
     if shims:
         found.append(f"containerd shims {shims}")
+    orphans = pod_pids()
+    if orphans:
+        found.append(f"container processes {orphans[:5]}")
     points = mounts_under([RUN_ROOT, NODE_ROOT, *extra_mount_roots])
     if points:
         found.append(f"mounts {points[:5]}")
