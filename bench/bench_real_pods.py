@@ -118,13 +118,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--changes", type=int, default=60, help="readiness flips to time (half leave, half join)")
     p.add_argument("--starts", type=int, default=6, help="pod starts to time (scale up by one, then back)")
-    p.add_argument("--version", default="v1.20.2", help="Kubernetes version of the node (default v1.20.2)")
+    p.add_argument("--version", default=None, help="Kubernetes version of the node (default: harness.node's)")
     args = p.parse_args()
 
     started = time.monotonic()
     images = ensure_images()
     build_seconds = time.monotonic() - started
     with RealNode(version=args.version, images=images) as node:
+        version = node.version
         timings = dict(node.timings)
         node.kubectl("create", "namespace", NAMESPACE)
         install_chart(node, images)
@@ -250,7 +251,7 @@ def main() -> int:
     )
     print(f"machine: {load}")
     print(
-        f"Kubernetes {args.version} real node; images ready in {build_seconds:.1f} s (cached when unchanged)"
+        f"Kubernetes {version} real node; images ready in {build_seconds:.1f} s (cached when unchanged)"
     )
     print("node start: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     print(f"{args.changes} readiness flips (debounce 0), floor samples interleaved.")

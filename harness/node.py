@@ -92,6 +92,20 @@ def _minor(version: str) -> int:
         raise ClusterError(f"not a Kubernetes version: {version!r} (expected e.g. v1.20.2)") from None
 
 
+def default_version() -> str:
+    """The node's Kubernetes version: ``$MQBALANCE_K8S_VERSION`` (``1.20`` or ``v1.Y.Z``), else v1.20.2.
+
+    v1.20.2 is built here from Debian's source package; another release must be in the cache
+    already (``k8s-<version>/bin`` with kubelet, kube-scheduler and kube-proxy).
+    """
+    raw = os.environ.get("MQBALANCE_K8S_VERSION", "").strip()
+    if raw in ("", "1.20", "v1.20", "1.20.2", K8S_VERSION):
+        return K8S_VERSION
+    if raw.startswith("v1.") and raw.count(".") == 2:
+        return raw
+    raise ClusterError(f"MQBALANCE_K8S_VERSION={raw!r}: the real node takes 1.20 or a release v1.Y.Z")
+
+
 def bin_dir_for(version: str) -> Path:
     """Where the binaries of ``version`` are cached (the build scripts' layout)."""
     return cache_dir() / f"k8s-{version}" / "bin"
@@ -162,8 +176,9 @@ def node_binaries_present(bin_dir: Path) -> bool:
     return all(os.access(bin_dir / n, os.X_OK) for n in names)
 
 
-def unavailable(version: str = K8S_VERSION, *, need_built: bool = True) -> str | None:
+def unavailable(version: str | None = None, *, need_built: bool = True) -> str | None:
     """Why a real node cannot run here, or None. ``need_built``: also require cached binaries and images."""
+    version = version or default_version()
     if sys.platform != "linux":
         return "a real node needs Linux"
     if os.geteuid() != 0:
@@ -206,14 +221,14 @@ class RealNode(LocalCluster):
         self,
         workdir: str | os.PathLike[str] | None = None,
         *,
-        version: str = K8S_VERSION,
+        version: str | None = None,
         ready_timeout: float = 180.0,
         build: bool = True,
         images: Images | None = None,
     ) -> None:
-        self.version = version
-        self.minor = _minor(version)
-        super().__init__(workdir, bin_dir=bin_dir_for(version), ready_timeout=ready_timeout, build=build)
+        self.version = version or default_version()
+        self.minor = _minor(self.version)
+        super().__init__(workdir, bin_dir=bin_dir_for(self.version), ready_timeout=ready_timeout, build=build)
         self.images = images
         self._machine = MachineLock()
         self._host_state: HostState | None = None
@@ -281,7 +296,7 @@ class RealNode(LocalCluster):
 
     def ensure_binaries(self) -> Path:
         bin_dir = self.bin_dir
-        if node_binaries_present(bin_dir) and os.access(bin_dir / "pause", os.X_OK):
+        if node_binaries_present(bin_dir):
             self._bin_dir = bin_dir
             return bin_dir
         if not self._build or self.version != K8S_VERSION:
@@ -459,17 +474,7 @@ class RealNode(LocalCluster):
 
     def _start_controller_manager(self) -> None:
         pki = self.workdir / "pki"
-        # Everything a node needs (node lifecycle, service accounts and their tokens, ...)
-        # but what needs a cloud, a CA we do not run, or node CIDR allocation.
-        off = (
-            "cloud-node-lifecycle",
-            "route",
-            "service",
-            "nodeipam",
-            "csrsigning",
-            "csrapproving",
-            "csrcleaner",
-        )
+        off = self._controllers_off()
         argv = [
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.kubeconfig}",
@@ -502,6 +507,27 @@ class RealNode(LocalCluster):
             self._controller_manager,
             lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         )
+
+    def _controllers_off(self) -> list[str]:
+        """Everything a node needs runs (node lifecycle, service accounts and their tokens, ...) but
+        what needs a cloud, a CA we do not run, or node CIDR allocation; by the names this release
+        knows (1.27 renamed them, later releases dropped the cloud ones)."""
+        wanted = (
+            ("cloud-node-lifecycle",),
+            ("route",),
+            ("service",),
+            ("nodeipam", "node-ipam-controller"),
+            ("csrsigning", "certificatesigningrequest-signing-controller"),
+            ("csrapproving", "certificatesigningrequest-approving-controller"),
+            ("csrcleaner", "certificatesigningrequest-cleaner-controller"),
+        )
+        argv = [str(self.bin_dir / "kube-controller-manager"), "--help"]
+        help_text = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+        known: set[str] = set()
+        for line in help_text.splitlines():
+            if "All controllers:" in line:
+                known = {name.strip() for name in line.split("All controllers:", 1)[1].split(",")}
+        return [name for names in wanted for name in names if name in known]
 
     # -- the node --------------------------------------------------------------------------------
 
@@ -711,7 +737,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with node:
         print(
-            f"# real node {args.version} Ready in {time.monotonic() - started:.1f} s at {node.server}",
+            f"# real node {node.version} Ready in {time.monotonic() - started:.1f} s at {node.server}",
             file=sys.stderr,
         )
         assert node.images is not None
@@ -744,7 +770,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     reason = unavailable(args.version)
-    print(reason or f"a real node {args.version} can run here")
+    print(reason or f"a real node {args.version or default_version()} can run here")
     return 0 if reason is None else 1
 
 

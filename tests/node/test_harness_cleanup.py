@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness import node_host
 from harness.cluster import cache_dir
-from harness.node import NODE_IP, Images, bin_dir_for
+from harness.node import NODE_IP, Images, bin_dir_for, default_version
 from harness.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +33,11 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
         assert up.stdout is not None
         line = up.stdout.readline()
         assert line.startswith("export KUBECONFIG="), (tmp_path / "up.log").read_text()
-        kubectl = [str(bin_dir_for("v1.20.2") / "kubectl"), "--kubeconfig", line.strip().split("=", 1)[1]]
+        kubectl = [
+            str(bin_dir_for(default_version()) / "kubectl"),
+            "--kubeconfig",
+            line.strip().split("=", 1)[1],
+        ]
         pod = (
             '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "left"}, "spec": {"containers": '
             f'[{{"name": "c", "image": "{images.mqbalance}", "imagePullPolicy": "Never", '
