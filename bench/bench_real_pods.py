@@ -95,22 +95,27 @@ def ready_of(pod: dict[str, Any]) -> bool:
 
 
 def node_rss(node: RealNode) -> dict[str, float]:
-    """Resident MiB of each node component, and of everything the pods run (shims and containers)."""
+    """Resident MiB of each node component, and of the pods' processes by kind (summed)."""
     out = {name: rss_mib(pid) for name, pid in node.pids.items()}
     shims = node_host.shim_pids()
-    pod_processes = set(shims)
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid in shims:
-                pod_processes.add(int(proc.name))
-    # Container processes are the shims' children (and theirs: one level is what runs here).
-    out["pods (shims + containers)"] = sum(
-        rss_mib(pid) for pid in pod_processes if Path(f"/proc/{pid}").exists()
-    )
+    kinds: dict[str, list[float]] = {"containerd shims": [rss_mib(pid) for pid in shims]}
+    for pid in node_host.pod_pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in argv if w]
+        if words[:1] == ["/pause"]:
+            kind = "pause"
+        elif "operator" in words[1:3]:
+            kind = "operator containers"
+        elif "sidecar" in words[1:3]:
+            kind = "sidecar containers"
+        else:
+            kind = "consumer app containers"
+        kinds.setdefault(kind, []).append(rss_mib(pid))
+    for kind, values in kinds.items():
+        out[f"{kind} ({len(values)})"] = sum(values)
     return out
 
 
@@ -250,9 +255,7 @@ def main() -> int:
         ]
     )
     print(f"machine: {load}")
-    print(
-        f"Kubernetes {version} real node; images ready in {build_seconds:.1f} s (cached when unchanged)"
-    )
+    print(f"Kubernetes {version} real node; images ready in {build_seconds:.1f} s (cached when unchanged)")
     print("node start: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     print(f"{args.changes} readiness flips (debounce 0), floor samples interleaved.")
     print("From a pod's Ready condition changing (seen by a pod watch) until:")
