@@ -13,8 +13,9 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
-from harness import demo_report
+from harness import demo_report, polling
 from harness.demo import DemoError, print_sidecar, show_change, step
 from harness.node import RealNode, ensure_images
 from harness.node_workload import (
@@ -29,6 +30,8 @@ from harness.node_workload import (
 )
 from mqbalance.document import AssignmentDocument
 
+DEBOUNCE = 3.0
+
 
 def _scale(node: RealNode, replicas: int, timeout: float) -> AssignmentDocument:
     node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", f"--replicas={replicas}")
@@ -40,9 +43,25 @@ def _scale(node: RealNode, replicas: int, timeout: float) -> AssignmentDocument:
         raise DemoError(str(exc)) from None
 
 
+def _note_generations(before: AssignmentDocument, after: AssignmentDocument) -> None:
+    steps = after.generation - before.generation
+    if steps > 1:
+        print(
+            f"(published in {steps} generations: the pods turned Ready more than {DEBOUNCE:g} s apart; "
+            "the moves below add them up)"
+        )
+
+
 def _show_sidecars(node: RealNode, doc: AssignmentDocument) -> None:
     for pod in sorted(doc.members):
-        view = sidecar_view(node, pod)
+
+        def current(pod: str = pod) -> dict[str, Any] | None:
+            view = sidecar_view(node, pod)
+            return view if int(view["generation"]) >= doc.generation else None
+
+        view = polling.wait_for(
+            f"{pod}'s sidecar to serve generation {doc.generation}", current, 30, 0.3, DemoError
+        )
         view.setdefault("member", pod)
         view.setdefault("queueCount", sum(len(qs) for qs in view["queues"].values()))
         print_sidecar(view)
@@ -66,7 +85,8 @@ def run(workdir: Path | None, timeout: float) -> int:
             "applying examples/topic.yaml, examples/consumergroup.yaml and the consumer Deployment "
             f"in namespace {NAMESPACE}"
         )
-        apply_examples(node, debounce=0)
+        # A short window, so pods turning Ready one after another are usually one rebalance.
+        apply_examples(node, debounce=DEBOUNCE)
         apply(node, consumer_deployment(images, replicas=3))
         first = _scale(node, 3, timeout)
         print()
@@ -77,11 +97,13 @@ def run(workdir: Path | None, timeout: float) -> int:
         print()
         step("scaling the consumer Deployment to 5")
         second = _scale(node, 5, timeout)
+        _note_generations(first, second)
         show_change(first, second, {p: "new" for p in set(second.members) - set(first.members)})
         _show_sidecars(node, second)
         print()
         step("scaling the consumer Deployment to 4")
         third = _scale(node, 4, timeout)
+        _note_generations(second, third)
         show_change(second, third, {})
         _show_sidecars(node, third)
         print()
