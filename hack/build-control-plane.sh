@@ -160,7 +160,9 @@ fetch_source() {  # fetch_source DESTDIR -> prints the unpacked source dir
   local dest="$1" dsc
   download_source
   dsc="$(compgen -G "$SRC_DIR/*.dsc" | head -n1)"
-  dpkg-source -q -x "$dsc" "$dest/kubernetes" >&2 || die "dpkg-source could not unpack $dsc"
+  # apt checked the files against the signed archive; dpkg-source checks their sums again.
+  dpkg-source -q -x "$dsc" "$dest/kubernetes" >"$dest/unpack.log" 2>&1 ||
+    { cat "$dest/unpack.log" >&2; die "dpkg-source could not unpack $dsc"; }
   echo "$dest/kubernetes"
 }
 
