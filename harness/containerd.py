@@ -96,14 +96,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
 
 
+CLOSED_REGISTRY = "http://127.0.0.1:9"
+"""Where every registry host is sent: nothing listens there, so a pull fails at once, locally."""
+
+
 def write_registry_hosts(registry_dir: Path) -> None:
-    """Send every registry to a closed port on 127.0.0.1: images come only from imports."""
-    default = registry_dir / "_default"
-    default.mkdir(parents=True, exist_ok=True)
-    (default / "hosts.toml").write_text('server = "http://127.0.0.1:9"\n')
-    docker = registry_dir / "docker.io"
-    docker.mkdir(parents=True, exist_ok=True)
-    (docker / "hosts.toml").write_text('server = "http://127.0.0.1:9"\n')
+    """Send every registry (``_default``) and Docker Hub (named, as it is the implied one) to a
+    closed port on 127.0.0.1: images come only from imports, and no pull leaves the machine."""
+    # containerd 1.6 refuses a hosts.toml without a [host] tree ("invalid `host` tree",
+    # containerd#10027) and then falls back to the real registry: give the host explicitly.
+    hosts = (
+        f'server = "{CLOSED_REGISTRY}"\n\n[host."{CLOSED_REGISTRY}"]\n  capabilities = ["pull", "resolve"]\n'
+    )
+    for name in ("_default", "docker.io"):
+        (registry_dir / name).mkdir(parents=True, exist_ok=True)
+        (registry_dir / name / "hosts.toml").write_text(hosts)
 
 
 def cni_config(network: str, pod_subnet: str, gateway: str, routes: list[str], ipam_dir: Path) -> str:

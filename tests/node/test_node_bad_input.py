@@ -10,11 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.node import RealNode
 from harness.node_workload import (
+    EXAMPLES,
     GROUP,
     NAMESPACE,
+    apply,
     assignment,
     condition,
     group_status,
@@ -88,6 +91,45 @@ def test_a_missing_image_stalls_the_rollout_and_the_status_says_why(
     rollout_status(node)
     wait_members(node, 4)
     wait_for("notServing back to 0", lambda: group_status(node)["notServing"] == 0 or None, 60, 0.5)
+
+
+def test_the_example_as_is_fails_its_pull_on_the_machine_and_the_status_says_why(
+    node: RealNode, four_members: set[str]
+) -> None:
+    # examples/consumer-deployment.yaml unchanged but for its name: its app image
+    # (registry.example.com/...) is pulled, and every registry host leads to a closed port on
+    # 127.0.0.1, so the pull fails here without leaving the machine.
+    example = yaml.safe_load((EXAMPLES / "consumer-deployment.yaml").read_text())
+    example["metadata"].update(name="as-is", namespace=NAMESPACE)
+    example["spec"]["replicas"] = 1
+    apply(node, example)
+    try:
+        status = wait_reason(node, "ImagePullBackOff")
+        pulled = next(p for p in status["notServingPods"] if p["reason"] == "ImagePullBackOff")
+        assert pulled["name"].startswith("as-is-")
+        event = wait_for(
+            "the kubelet's pull error",
+            lambda: next(
+                (
+                    e["message"]
+                    for e in kubectl_json(node, "get", "events", "-n", NAMESPACE)["items"]
+                    if e["involvedObject"]["name"] == pulled["name"]
+                    and "registry.example.com" in e["message"]
+                    and "127.0.0.1:9" in e["message"]
+                ),
+                None,
+            ),
+            60,
+            0.5,
+        )
+        assert "connection refused" in event
+        doc = assignment(node)
+        assert doc is not None
+        assert pulled["name"] not in doc.members
+        assert set(doc.members) == four_members
+    finally:
+        node.kubectl("delete", "deploy", "-n", NAMESPACE, "as-is", "--wait=true", timeout=120)
+    wait_for("the as-is pod gone", lambda: len(pods(node)) == 4 or None, 60, 0.5)
 
 
 def test_a_crash_looping_sidecar_stays_out_and_the_status_says_why(
