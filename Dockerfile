@@ -14,7 +14,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mqbalance/ mqbalance/
-RUN python -m venv /opt/mqbalance \
+RUN python3 -m venv /opt/mqbalance \
  && /opt/mqbalance/bin/pip install --no-compile . \
  && /opt/mqbalance/bin/python -m compileall -q /opt/mqbalance/lib
 

@@ -8,19 +8,24 @@ STAMP  := $(VENV)/.installed
 
 # The integration suite runs against the current Kubernetes release (built from Go modules) by
 # default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
-# docs/local-cluster.md.
-.PHONY: help venv control-plane control-plane-1.20 java-oracle rocketmq java-test demo test test-k8s-1.20 \
-	test-unit lint format bench crds clean
+# docs/local-cluster.md. The real-pod tests (`make test-node`, root) run on a kubelet + containerd
+# node of the same release (docs/real-node.md).
+.PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq java-test demo demo-node \
+	test test-k8s-1.20 test-node test-unit lint format bench bench-node crds clean
 
 help:
-	@echo "make demo           run the local demo (control plane, operator, sidecar, scaling)"
+	@echo "make demo           run the local demo: on real pods when a real node can run here, else pods acted out"
+	@echo "make demo-node      build the real node and images if needed, run the demo on real pods (root)"
 	@echo "make test           lint, type-check and run every test (unit, Spark, integration on current Kubernetes)"
 	@echo "make test-k8s-1.20  the integration tests against Kubernetes 1.20"
+	@echo "make test-node      the real-pod tests: helm install, scaling, probes, bad input on a real node (root)"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
 	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse current Kubernetes (apiserver, controller-manager, ...), etcd, helm, promtool"
 	@echo "make control-plane-1.20  the same for Kubernetes 1.20"
+	@echo "make node           a real node's parts too: kubelet, kube-scheduler, kube-proxy, pause; containerd, runc, CNI"
+	@echo "make images         build or reuse the container images (mmdebstrap base, podman, pause)"
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
 	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
@@ -49,8 +54,17 @@ java-oracle:
 rocketmq:
 	bash hack/build-rocketmq.sh 5.3.3 4.9.7
 
+node:
+	bash hack/build-control-plane.sh --node
+
+images: node
+	bash hack/build-images.sh
+
 demo: venv control-plane
 	$(BIN)/python -m harness.demo
+
+demo-node: venv node images
+	$(BIN)/python -m harness.demo --mode real
 
 lint: venv
 	$(BIN)/ruff check .
@@ -78,6 +92,9 @@ test-k8s-1.20: venv control-plane-1.20
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
+test-node: venv node images
+	$(BIN)/pytest -m node tests/node
+
 bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_sidecar.py
@@ -86,6 +103,9 @@ bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_operator_scale.py --groups 1000
 	$(BIN)/python bench/bench_rocketmq_start.py --rounds 3
 	$(BIN)/python bench/bench_e2e_messages.py --seconds 90 --rate 200
+
+bench-node: venv node images
+	$(BIN)/python bench/bench_real_pods.py
 
 crds:
 	cp crds/*.yaml charts/mqbalance/crds/

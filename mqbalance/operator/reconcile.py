@@ -37,12 +37,14 @@ from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue
 from mqbalance.operator.conditions import condition, condition_status, rfc3339
 from mqbalance.operator.conditions import set_condition as _set_condition
 from mqbalance.operator.handover import HandoverMode, HandoverSpec, Step, step, with_releasing
-from mqbalance.operator.membership import PodInfo, members
+from mqbalance.operator.membership import PodInfo, members, not_serving
 from mqbalance.operator.spec import GroupSpec, parse_group, unknown_config_queues
 from mqbalance.quality import Figures, measure
 from mqbalance.strategies import AllocationError, allocate_group
 
 CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
+MAX_NOT_SERVING_LISTED = 10
+"""Pods listed by name in status.notServingPods; status.notServing counts them all."""
 
 
 def set_condition(
@@ -408,6 +410,8 @@ def _status(
     zones: dict[str, int] = {}
     for zone in member_zones.values():
         zones[zone] = zones.get(zone, 0) + 1
+    idle_pods = not_serving(obs.pods, spec.selector)
+    why = not_serving_summary(idle_pods)
     conds = list(obs.status.get("conditions") or [])
     now, gen = obs.now, obs.generation
     conds = set_condition(conds, "Invalid", "False", "Valid", "the spec can be honoured", now, gen)
@@ -417,7 +421,7 @@ def _status(
             "Ready",
             "True",
             "Published",
-            f"generation {generation} serves {f.members} members",
+            f"generation {generation} serves {f.members} members" + (f"; {why}" if why else ""),
             now,
             gen,
         )
@@ -427,7 +431,7 @@ def _status(
             "Ready",
             "False",
             "NoMembers",
-            "no pod matching the selector is Running and Ready",
+            "no pod matching the selector is Running and Ready" + (f"; {why}" if why else ""),
             now,
             gen,
         )
@@ -508,6 +512,11 @@ def _status(
         "crossZoneQueues": f.cross_zone,
         "unassignedQueues": unassigned,
         "unknownZoneMembers": sorted(m for m, z in member_zones.items() if z == UNKNOWN_ZONE),
+        "notServing": len(idle_pods),
+        "notServingPods": [
+            {"name": p.name, "reason": p.reason, "message": p.message}
+            for p in idle_pods[:MAX_NOT_SERVING_LISTED]
+        ],
         "zones": dict(sorted(zones.items())),
         "lastRebalance": last_rebalance or dict(obs.status.get("lastRebalance") or {}),
         "conditions": conds,
@@ -526,6 +535,21 @@ def _status(
         if handover.releasing:
             status["handover"]["since"] = rfc3339(min(r.since for r in handover.releasing))
     return status
+
+
+def not_serving_summary(pods: Sequence[PodInfo]) -> str:
+    """E.g. "2 matching pods not serving: 1 CrashLoopBackOff (a-1), 1 NodeNotReady (a-2)"; "" for none."""
+    if not pods:
+        return ""
+    by_reason: dict[str, list[str]] = {}
+    for pod in pods:
+        by_reason.setdefault(pod.reason or "Unknown", []).append(pod.name)
+    parts = []
+    for reason, names in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        parts.append(f"{len(names)} {reason} ({shown})")
+    noun = "pod" if len(pods) == 1 else "pods"
+    return f"{len(pods)} matching {noun} not serving: {', '.join(parts)}"
 
 
 def _int(value: Any) -> int:

@@ -1,4 +1,7 @@
-"""The demo (`make demo`) runs end to end and shows the assignments, the moves and what the sidecar serves."""
+"""The demo (`make demo`) runs end to end and shows the assignments, the moves and what the sidecar serves.
+
+This is the stand-in mode (pods acted out); tests/node/test_demo_real_pods.py runs it on real pods.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def demo_output() -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "harness.demo", "--timeout", "60"],
+        [sys.executable, "-m", "harness.demo", "--mode", "stand-in", "--timeout", "60"],
         capture_output=True,
         text=True,
         timeout=300,

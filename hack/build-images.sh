@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# Build (once per content) the container images the real node runs, without any registry:
+#
+#   localhost/mqbalance-base:<key>   Debian bookworm minbase + python3, made by mmdebstrap from
+#                                    Debian's packages and imported with podman
+#   localhost/mqbalance:<key>        the repository's Dockerfile on that base (podman build)
+#   localhost/mqbalance-pause:<key>  the pod sandbox: the static `pause` that
+#                                    `hack/build-control-plane.sh --node` builds (buildah)
+#
+# Each <key> is a content hash of what goes into the image (the base: its recipe; the
+# application image: the base's id, the Dockerfile and every file it copies; pause: the
+# binary), so unchanged sources never rebuild. Each image is also saved as an OCI archive
+# that the real node imports into its containerd (namespace k8s.io); images.json lists them.
+# Both entry points are started once in the built image (read-only root, non-root user).
+#
+# podman and buildah keep their storage under the cache, not in /var/lib/containers. See
+# docs/real-node.md.
+#
+# Usage: hack/build-images.sh [--print-manifest]
+# Env:   MQBALANCE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
+#        MQBALANCE_CA_BUNDLE (default /etc/ssl/certs/ca-certificates.crt): the CA bundle RUN
+#        steps trust (pip reaches PyPI through it); mounted for the build only, never copied
+#        into an image.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+SUITE=bookworm
+BASE_PACKAGES=python3,python3-venv,ca-certificates
+BASE_RECIPE=1  # bump when the base's recipe below changes in a way its inputs do not show
+
+CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
+OUT="$CACHE/images"
+MANIFEST="$OUT/images.json"
+CA_BUNDLE="${MQBALANCE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
+
+APT_PACKAGES=(podman buildah mmdebstrap uidmap fuse-overlayfs)
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+if [[ "${1:-}" == "--print-manifest" ]]; then
+  echo "$MANIFEST"
+  exit 0
+elif [[ $# -gt 0 ]]; then
+  die "unknown argument: $1 (usage: $0 [--print-manifest])"
+fi
+
+as_root() {
+  if [[ "$(id -u)" == 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root (or sudo) to run: $*"
+  fi
+}
+
+install_packages() {
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do
+    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" == "install ok installed" ]] || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+configure_podman() {
+  # Private storage, and default ulimits the kernel lets runc set: without CAP_SYS_RESOURCE
+  # podman's defaults (nofile 1048576) fail with "error setting rlimit type 7".
+  mkdir -p "$OUT/podman"
+  local nofile nproc
+  nofile="$(ulimit -Hn)"; [[ "$nofile" == unlimited ]] && nofile=1048576
+  nproc="$(ulimit -Hu)"; [[ "$nproc" == unlimited ]] && nproc=32768
+  ((nofile > 20000)) && nofile=20000
+  ((nproc > 32768)) && nproc=32768
+  cat >"$OUT/podman/storage.conf" <<EOF
+[storage]
+driver = "overlay"
+graphroot = "$OUT/podman/storage"
+runroot = "/run/mqbalance-podman"
+EOF
+  cat >"$OUT/podman/containers.conf" <<EOF
+[containers]
+default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
+EOF
+  export CONTAINERS_STORAGE_CONF="$OUT/podman/storage.conf" CONTAINERS_CONF="$OUT/podman/containers.conf"
+}
+
+sha() { sha256sum | cut -c1-64; }
+
+mirror_lines() {  # the Debian archives apt already uses, as one-line sources for mmdebstrap
+  # shellcheck disable=SC2016  # $(FIELD) is apt's own placeholder syntax
+  apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' \
+    'Created-By: Packages' 'Origin: Debian' 'Component: main' | sort -u |
+    while read -r uri release component; do
+      [[ "$release" == "$SUITE" || "$release" == "$SUITE"-* ]] && echo "deb ${uri} ${release} ${component}"
+    done
+}
+
+image_exists() { podman image exists "$1" 2>/dev/null; }
+
+save_archive() {  # save_archive REF FILE: an OCI archive of REF, written atomically
+  [[ -s "$2" ]] && return
+  podman save --quiet --format oci-archive -o "$2.tmp" "$1" >/dev/null
+  mv "$2.tmp" "$2"
+}
+
+build_base() {  # prints the base image reference
+  local mirrors key ref
+  mirrors="$(mirror_lines)"
+  [[ -n "$mirrors" ]] || die "apt knows no Debian $SUITE archive; run apt-get update"
+  key="$(printf '%s\n' "$SUITE" "$BASE_PACKAGES" "$BASE_RECIPE" "$mirrors" | sha | cut -c1-12)"
+  ref="localhost/mqbalance-base:$key"
+  if image_exists "$ref"; then
+    log "base image $ref present"
+    echo "$ref"
+    return
+  fi
+  local start=$SECONDS tar="$OUT/base-$key.tar"
+  log "making the base image $ref with mmdebstrap ($SUITE minbase + $BASE_PACKAGES)"
+  local args=()
+  while read -r line; do args+=("$line"); done <<<"$mirrors"
+  # Documentation and translations are dropped: nothing in the image reads them.
+  mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --dpkgopt='path-exclude=/usr/share/info/*' \
+    "$SUITE" "$tar" "${args[@]}" >&2 || die "mmdebstrap failed"
+  # An imported tarball has no config: give it the PATH and command a Debian image has.
+  podman import --quiet \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/bash"]' "$tar" "$ref" >/dev/null || die "podman import of $tar failed"
+  rm -f "$tar"
+  log "base image built in $((SECONDS - start)) s"
+  echo "$ref"
+}
+
+smoke_test() {  # both entry points start: non-root, read-only root, no network
+  local ref="$1" cmd
+  for cmd in operator sidecar; do
+    podman run --rm --read-only --network none --user 10001:10001 "$ref" "$cmd" --help >/dev/null ||
+      die "'mqbalance $cmd --help' did not run in $ref"
+  done
+}
+
+app_inputs() {  # every file the Dockerfile copies, plus the Dockerfile and .dockerignore
+  (
+    cd "$REPO"
+    printf '%s\n' Dockerfile .dockerignore pyproject.toml README.md
+    find mqbalance -name __pycache__ -prune -o -type f ! -name '*.pyc' -print
+  ) | LC_ALL=C sort
+}
+
+build_app() {  # build_app BASE_REF -> prints the image reference
+  local base="$1" base_id key ref
+  base_id="$(podman image inspect --format '{{.Id}}' "$base")"
+  key="$(
+    {
+      echo "base=$base_id"
+      app_inputs | while read -r f; do echo "$f $(sha <"$REPO/$f")"; done
+    } | sha | cut -c1-12
+  )"
+  ref="localhost/mqbalance:$key"
+  if image_exists "$ref"; then
+    log "application image $ref present (sources unchanged)"
+    echo "$ref"
+    return
+  fi
+  [[ -r "$CA_BUNDLE" ]] || die "no CA bundle at $CA_BUNDLE (set MQBALANCE_CA_BUNDLE)"
+  local start=$SECONDS
+  log "building $ref from the Dockerfile on $base"
+  # Host network for RUN steps: no bridge, no NAT rules, nothing to clean up afterwards.
+  podman build --quiet --network host --pull=never \
+    --build-arg "PYTHON_IMAGE=$base" \
+    --volume "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro" \
+    --tag "$ref" "$REPO" >/dev/null || die "podman build failed"
+  smoke_test "$ref"
+  log "application image built in $((SECONDS - start)) s; both entry points start in it"
+  echo "$ref"
+}
+
+build_pause() {  # prints the image reference
+  local bin key ref c
+  bin="$(bash "$REPO/hack/build-control-plane.sh" --print-bin-dir)/pause"
+  [[ -x "$bin" ]] || die "no pause binary at $bin: run hack/build-control-plane.sh --node"
+  key="$(sha <"$bin" | cut -c1-12)"
+  ref="localhost/mqbalance-pause:$key"
+  if image_exists "$ref"; then
+    log "pause image $ref present"
+    echo "$ref"
+    return
+  fi
+  log "building $ref"
+  c="$(buildah from scratch)"
+  buildah copy --quiet "$c" "$bin" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+  buildah commit --quiet "$c" "$ref" >/dev/null
+  buildah rm "$c" >/dev/null
+  echo "$ref"
+}
+
+prune() {  # prune REF... ARCHIVE...: keep only these; older tags and archives would pile up
+  local keep=" $* " ref f
+  for ref in $(podman images --format '{{.Repository}}:{{.Tag}}' |
+    grep -E '^localhost/mqbalance(-base|-pause)?:' || true); do
+    [[ "$keep" == *" $ref "* ]] || podman rmi --force "$ref" >/dev/null 2>&1 || true
+  done
+  for f in "$OUT"/*.oci.tar; do
+    [[ -e "$f" && "$keep" != *" $f "* ]] && rm -f "$f"
+  done
+  return 0
+}
+
+archive_of() { echo "$OUT/$(basename "${1//:/_}").oci.tar"; }
+
+main() {
+  mkdir -p "$OUT"
+  exec 9>"$OUT/.build.lock"
+  flock 9
+  install_packages
+  configure_podman
+  local start=$SECONDS base app pause
+  base="$(build_base)"
+  app="$(build_app "$base")"
+  pause="$(build_pause)"
+  local app_tar pause_tar
+  app_tar="$(archive_of "$app")"
+  pause_tar="$(archive_of "$pause")"
+  save_archive "$app" "$app_tar"
+  save_archive "$pause" "$pause_tar"
+  prune "$base" "$app" "$pause" "$app_tar" "$pause_tar"
+  cat >"$MANIFEST.tmp" <<EOF
+{
+  "mqbalance": {"image": "$app", "archive": "$app_tar"},
+  "pause": {"image": "$pause", "archive": "$pause_tar"},
+  "base": {"image": "$base"}
+}
+EOF
+  mv "$MANIFEST.tmp" "$MANIFEST"
+  log "images ready in $((SECONDS - start)) s: $app, $pause"
+  echo "$MANIFEST"
+}
+
+main "$@"

@@ -1,0 +1,127 @@
+"""The demo on real pods: `make demo` when a real node can run here (see harness.demo).
+
+Starts a real node (harness.node.RealNode), installs the Helm chart with the locally built
+image, applies examples/topic.yaml, examples/consumergroup.yaml and the example consumer
+Deployment (an app container beside the mqbalance sidecar in every pod), scales it 3 -> 5 -> 4,
+and prints each assignment, the queues that moved, what every pod's own sidecar serves (asked
+inside the pod with kubectl exec) and `kubectl get consumergroups`. Everything is torn down
+at the end, also on Ctrl-C or an error.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import demo_report, polling
+from harness.demo import DemoError, print_sidecar, show_change, step
+from harness.node import RealNode, ensure_images
+from harness.node_workload import (
+    GROUP,
+    NAMESPACE,
+    apply,
+    apply_examples,
+    consumer_deployment,
+    install_chart,
+    sidecar_view,
+    wait_members,
+)
+from mqbalance.document import AssignmentDocument
+
+DEBOUNCE = 3.0
+
+
+def _scale(node: RealNode, replicas: int, timeout: float) -> AssignmentDocument:
+    node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", f"--replicas={replicas}")
+    wait = f"--timeout={timeout:.0f}s"
+    node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", wait, timeout=timeout + 20)
+    try:
+        return wait_members(node, replicas, timeout)
+    except AssertionError as exc:
+        raise DemoError(str(exc)) from None
+
+
+def _note_generations(before: AssignmentDocument, after: AssignmentDocument) -> None:
+    steps = after.generation - before.generation
+    if steps > 1:
+        print(
+            f"(published in {steps} generations: the pods turned Ready more than {DEBOUNCE:g} s apart; "
+            "the moves below add them up)"
+        )
+
+
+def _show_sidecars(node: RealNode, doc: AssignmentDocument) -> None:
+    for pod in sorted(doc.members):
+
+        def current(pod: str = pod) -> dict[str, Any] | None:
+            view = sidecar_view(node, pod)
+            return view if int(view["generation"]) >= doc.generation else None
+
+        view = polling.wait_for(
+            f"{pod}'s sidecar to serve generation {doc.generation}", current, 30, 0.3, DemoError
+        )
+        view.setdefault("member", pod)
+        view.setdefault("queueCount", sum(len(qs) for qs in view["queues"].values()))
+        print_sidecar(view)
+
+
+def run(workdir: Path | None, timeout: float) -> int:
+    """The real-pod demo; returns the exit status."""
+    started = time.monotonic()
+    step("building or reusing the node binaries and images (cached; see docs/real-node.md)")
+    images = ensure_images()
+    step(f"starting a real node: kubelet + containerd + kube-proxy, image {images.mqbalance}")
+    node = RealNode(workdir / "node" if workdir else None, images=images)
+    try:
+        node.start()
+        milestones = ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items())
+        step(f"node {node.node_name} Ready at {node.server} ({milestones})")
+        step("helm install mqbalance charts/mqbalance (local image, imagePullPolicy Never)")
+        node.kubectl("create", "namespace", NAMESPACE)
+        install_chart(node, images)
+        step(
+            "applying examples/topic.yaml, examples/consumergroup.yaml and the consumer Deployment "
+            f"in namespace {NAMESPACE}"
+        )
+        # A short window, so pods turning Ready one after another are usually one rebalance.
+        apply_examples(node, debounce=DEBOUNCE)
+        apply(node, consumer_deployment(images, replicas=3))
+        first = _scale(node, 3, timeout)
+        print()
+        print("Assignment with 3 members (real pods):")
+        print(demo_report.assignment_table(first, {}))
+        print()
+        _show_sidecars(node, first)
+        print()
+        step("scaling the consumer Deployment to 5")
+        second = _scale(node, 5, timeout)
+        _note_generations(first, second)
+        show_change(first, second, {p: "new" for p in set(second.members) - set(first.members)})
+        _show_sidecars(node, second)
+        print()
+        step("scaling the consumer Deployment to 4")
+        third = _scale(node, 4, timeout)
+        _note_generations(second, third)
+        show_change(second, third, {})
+        _show_sidecars(node, third)
+        print()
+        step(f"kubectl get consumergroups -n {NAMESPACE} -o wide")
+        print(node.kubectl("get", "consumergroups", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
+        print()
+        step(f"kubectl get pods -n {NAMESPACE} -o wide")
+        print(node.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
+        print()
+    except (DemoError, subprocess.CalledProcessError) as exc:
+        detail = exc.stderr if isinstance(exc, subprocess.CalledProcessError) else ""
+        print(f"demo failed: {exc}\n{detail}\n{node.logs(15)}")
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted")
+        return 130
+    finally:
+        step("tearing the node down (pods, containerd, iptables rules, bridge, mounts)")
+        node.stop()
+    step(f"done in {time.monotonic() - started:.1f} s")
+    return 0

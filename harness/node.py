@@ -1,0 +1,799 @@
+"""A real single-node Kubernetes cluster on this machine: pods run for real.
+
+:class:`RealNode` extends :class:`~harness.cluster.LocalCluster` (etcd, kube-apiserver,
+kube-controller-manager) with kube-scheduler, a kubelet, kube-proxy and its own containerd
+(Debian's, with runc and the CNI bridge plugins). ServiceAccount admission is on and
+tokens are mounted; pods reach the API server through the ``kubernetes`` Service
+(kube-proxy's iptables rules). Everything binds to 127.0.0.1 or to the node's own address
+(:data:`NODE_IP`, a /32 on the loopback interface), pods get no default route and an
+iptables rule drops anything they would send off the machine. The binaries come from
+``hack/build-control-plane.sh --node``, the images (the project's, and the sandbox's
+``pause``) from ``hack/build-images.sh``; both are cached. See docs/real-node.md.
+
+The node is machine-global (one containerd socket, one bridge, iptables): one runs at a
+time (a lock), it needs root, and :meth:`RealNode.stop` puts the machine back (processes,
+mounts, network namespaces, iptables rules, the bridge, the address, sysctls, cgroups),
+also at interpreter exit and on SIGTERM. A run killed outright is cleaned up by the next
+start or by ``python -m harness.node down``.
+
+Command line::
+
+    python -m harness.node up [--version current|1.20] [--dir DIR]  # start, print KUBECONFIG, wait for Ctrl-C
+    python -m harness.node down                                # undo what a killed run left behind
+    python -m harness.node check                               # can a real node run here? why not?
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from harness import node_host
+from harness.cluster import (
+    HELM_VERSION,
+    SERVICE_ACCOUNT_ISSUER,
+    SERVICE_CIDR,
+    ClusterError,
+    LocalCluster,
+    _Component,
+    _install_cleanup,
+    _live,
+    cache_dir,
+    free_port,
+    resolve_version,
+)
+from harness.containerd import (
+    CNI_BIN_DIR,
+    ContainerdLayout,
+    Ctr,
+    cni_config,
+    render_config,
+    write_registry_hosts,
+)
+from harness.node_host import CONTAINERD_SOCKET, NODE_ROOT, RUN_ROOT, HostError, HostState, MachineLock
+
+NODE_NAME = "mqbalance-node"
+NODE_IP = os.environ.get("MQBALANCE_NODE_IP", "198.18.0.1")
+"""The node's own address (RFC 2544 benchmarking range), on the loopback interface."""
+NODE_ZONE = "zone-a"
+POD_CIDR = "10.244.0.0/16"
+POD_SUBNET = "10.244.0.0/24"
+POD_GATEWAY = "10.244.0.1"
+SERVICE_IP = "10.96.0.1"
+CNI_NETWORK = "mqbalance-node"
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+_REPO = Path(__file__).resolve().parents[1]
+_BUILD_SCRIPT = _REPO / "hack" / "build-control-plane.sh"
+_IMAGES_SCRIPT = _REPO / "hack" / "build-images.sh"
+# Host commands the node runs (Debian packages: containerd, runc, containernetworking-plugins,
+# iptables, iproute2); the build script installs them.
+_HOST_COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip")
+
+
+def _minor(version: str) -> int:
+    """The minor number of ``v1.20.2``."""
+    try:
+        return int(version.lstrip("v").split(".")[1])
+    except (IndexError, ValueError):
+        raise ClusterError(f"not a Kubernetes version: {version!r} (expected e.g. v1.20.2)") from None
+
+
+def default_version() -> str:
+    """The node's Kubernetes version: the control plane's (``$MQBALANCE_K8S_VERSION``, default the
+    current release; see :func:`harness.cluster.resolve_version`)."""
+    return resolve_version(None)
+
+
+def bin_dir_for(version: str) -> Path:
+    """Where the binaries of ``version`` are cached (the build scripts' layout)."""
+    return cache_dir() / f"k8s-{version}" / "bin"
+
+
+def helm_path() -> Path:
+    return cache_dir() / f"helm-{HELM_VERSION}" / "bin" / "helm"
+
+
+# -- images -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Images:
+    """The images ``hack/build-images.sh`` built, and their OCI archives."""
+
+    mqbalance: str
+    """e.g. ``localhost/mqbalance:3f2a...``: repository and tag for the chart's values."""
+    pause: str
+    archives: dict[str, Path]
+
+    @property
+    def repository(self) -> str:
+        return self.mqbalance.rsplit(":", 1)[0]
+
+    @property
+    def tag(self) -> str:
+        return self.mqbalance.rsplit(":", 1)[1]
+
+    @classmethod
+    def load(cls, manifest: Path) -> Images:
+        try:
+            data = json.loads(manifest.read_text())
+            app, pause = data["mqbalance"], data["pause"]
+            images = cls(
+                app["image"],
+                pause["image"],
+                {app["image"]: Path(app["archive"]), pause["image"]: Path(pause["archive"])},
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ClusterError(
+                f"no usable image manifest at {manifest} ({exc}); run {_IMAGES_SCRIPT}"
+            ) from None
+        missing = [str(p) for p in images.archives.values() if not p.is_file()]
+        if missing:
+            raise ClusterError(f"image archives missing: {', '.join(missing)}; run {_IMAGES_SCRIPT}")
+        return images
+
+
+def images_manifest() -> Path:
+    return cache_dir() / "images" / "images.json"
+
+
+def ensure_images(build: bool = True) -> Images:
+    """The current images: built (or found unchanged, by content hash) by hack/build-images.sh."""
+    if build:
+        result = subprocess.run(["bash", str(_IMAGES_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode != 0:
+            raise ClusterError(f"{_IMAGES_SCRIPT} failed with exit code {result.returncode}")
+    return Images.load(images_manifest())
+
+
+# -- can it run here? ---------------------------------------------------------------------------
+
+
+def node_binaries_present(bin_dir: Path) -> bool:
+    names = (*NODE_BINARIES, "kube-apiserver", "kube-controller-manager", "kubectl")
+    return all(os.access(bin_dir / n, os.X_OK) for n in names)
+
+
+def unavailable(version: str | None = None, *, need_built: bool = True) -> str | None:
+    """Why a real node cannot run here, or None. ``need_built``: also require cached binaries and images."""
+    version = resolve_version(version)
+    if sys.platform != "linux":
+        return "a real node needs Linux"
+    if os.geteuid() != 0:
+        return "a real node needs root (containerd, iptables, mounts)"
+    missing = [c for c in _HOST_COMMANDS if shutil.which(c) is None]
+    if missing:
+        return f"missing commands {', '.join(missing)} (run hack/build-control-plane.sh --node)"
+    if not (CNI_BIN_DIR / "bridge").exists():
+        return f"no CNI plugins in {CNI_BIN_DIR} (Debian package containernetworking-plugins)"
+    if need_built:
+        if not node_binaries_present(bin_dir_for(version)):
+            return f"node binaries {version} not built (hack/build-control-plane.sh --k8s {version} --node)"
+        try:
+            Images.load(images_manifest())
+        except ClusterError as exc:
+            return str(exc)
+    holder = node_host.LOCK_FILE
+    lock = MachineLock(holder)
+    try:
+        lock.acquire()
+    except HostError as exc:
+        return str(exc)
+    finally:
+        lock.release()
+    return None
+
+
+# -- the node -----------------------------------------------------------------------------------
+
+
+class RealNode(LocalCluster):
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. ``version`` picks the
+    Kubernetes release (:func:`harness.cluster.resolve_version`; default the control plane's) and
+    its binaries from the cache (``k8s-<version>/bin``), built when missing (``build``).
+    """
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str] | None = None,
+        *,
+        version: str | None = None,
+        ready_timeout: float = 180.0,
+        build: bool = True,
+        images: Images | None = None,
+    ) -> None:
+        self.version = resolve_version(version)
+        self.minor = _minor(self.version)
+        super().__init__(
+            workdir,
+            bin_dir=bin_dir_for(self.version),
+            ready_timeout=ready_timeout,
+            build=build,
+            version=self.version,
+        )
+        self.images = images
+        self._machine = MachineLock()
+        self._host_state: HostState | None = None
+        self._containerd: _Component | None = None
+        self._scheduler: _Component | None = None
+        self._kubelet: _Component | None = None
+        self._proxy: _Component | None = None
+        self._tokens = {
+            user: os.urandom(16).hex()
+            for user in (f"system:node:{NODE_NAME}", "system:kube-scheduler", "system:kube-proxy")
+        }
+        self._ports: dict[str, int] = {}
+        self.containerd_root = cache_dir() / "node" / "containerd"
+        self.ctr = Ctr()
+        self.timings: dict[str, float] = {}
+        """Seconds from the start of :meth:`start` to each milestone."""
+
+    # -- public properties -----------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        if not self._apiserver_port:
+            raise ClusterError("cluster not started")
+        return f"https://{NODE_IP}:{self._apiserver_port}"
+
+    @property
+    def helm(self) -> Path:
+        return helm_path()
+
+    @property
+    def node_name(self) -> str:
+        return NODE_NAME
+
+    @property
+    def kubelet_running(self) -> bool:
+        return self._kubelet is not None and self._kubelet.running()
+
+    @property
+    def pids(self) -> dict[str, int]:
+        out = super().pids
+        for comp in self._node_components():
+            if comp.proc is not None:
+                out[comp.name] = comp.proc.pid
+        return out
+
+    @property
+    def running(self) -> bool:
+        return (
+            super().running
+            and all(c.running() for c in self._node_components())
+            and len(self._node_components()) == 4
+        )
+
+    def _node_components(self) -> list[_Component]:
+        comps = (self._containerd, self._scheduler, self._kubelet, self._proxy)
+        return [c for c in comps if c is not None]
+
+    def logs(self, lines: int = 25) -> str:
+        parts = [super().logs(lines)]
+        for comp in self._node_components():
+            parts.append(f"--- {comp.name} ({comp.log_path}) ---\n{comp.tail(lines)}")
+        return "\n".join(parts)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def ensure_binaries(self) -> Path:
+        bin_dir = self.bin_dir
+        if node_binaries_present(bin_dir):
+            self._bin_dir = bin_dir
+            return bin_dir
+        build = ["bash", str(_BUILD_SCRIPT), "--k8s", self.version, "--node"]
+        if not self._build:
+            raise ClusterError(f"node binaries for {self.version} missing in {bin_dir}; run {' '.join(build)}")
+        print(f"building the node binaries with {' '.join(build)} (once; cached)", file=sys.stderr)
+        result = subprocess.run(build, stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode != 0 or not node_binaries_present(bin_dir):
+            raise ClusterError(f"{' '.join(build)} failed (exit code {result.returncode})")
+        self._bin_dir = bin_dir
+        return bin_dir
+
+    def start(self) -> Self:
+        with self._lock:
+            if self._apiserver is not None:
+                return self
+            reason = unavailable(self.version, need_built=False)
+            if reason is not None:
+                raise ClusterError(reason)
+            began = time.monotonic()
+            self.ensure_binaries()
+            if self.images is None:
+                self.images = ensure_images(self._build)
+            self.timings["built"] = time.monotonic() - began
+            try:
+                self._machine.acquire()
+            except HostError as exc:
+                raise ClusterError(str(exc)) from None
+            _install_cleanup()
+            _live.add(self)
+            began = time.monotonic()
+            try:
+                done = node_host.cleanup(extra_mount_roots=[self.containerd_root])
+                if done:
+                    print(f"cleaned up after an earlier node: {'; '.join(done)}", file=sys.stderr)
+                self._host_state = HostState.record(NODE_IP, self.containerd_root)
+                node_host.add_node_address(NODE_IP)
+                node_host.write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
+                node_host.guard_egress(POD_CIDR)
+                super().start()  # keys, etcd, kube-apiserver, kube-controller-manager
+                self.timings["control plane"] = time.monotonic() - began
+                self._start_containerd()
+                self.timings["containerd"] = time.monotonic() - began
+                self._start_scheduler()
+                self._start_kubelet()
+                self._start_proxy()
+                self._wait_node_ready()
+                self.timings["node Ready"] = time.monotonic() - began
+            except BaseException:
+                self.stop()
+                raise
+            return self
+
+    def stop(self) -> None:
+        """Stop everything and put the machine back; safe to call more than once."""
+        with self._lock:
+            if not self._machine.held:
+                super().stop()
+                return
+            try:
+                self._drain_pods()
+            finally:
+                for comp in (self._proxy, self._kubelet, self._scheduler):
+                    if comp is not None:
+                        comp.stop(5.0)
+                self._proxy = self._kubelet = self._scheduler = None
+                super().stop()  # kube-controller-manager, kube-apiserver, etcd, the work dir
+                if self._containerd is not None:
+                    with contextlib.suppress(Exception):
+                        if self.ctr.up():
+                            self.ctr.remove_all()
+                    self._containerd.stop(10.0)
+                    self._containerd = None
+                node_host.cleanup(self._host_state, extra_mount_roots=[self.containerd_root])
+                self._host_state = None
+                self._machine.release()
+
+    def stop_kubelet(self) -> None:
+        """Stop the kubelet only: its pods keep running, the node goes NotReady after the grace period."""
+        with self._lock:
+            if self._kubelet is not None:
+                self._kubelet.stop(5.0)
+
+    def start_kubelet(self) -> None:
+        """Start the kubelet stopped by :meth:`stop_kubelet` again; returns once the node is Ready."""
+        with self._lock:
+            if self._kubelet is None:
+                raise ClusterError("node not started")
+            if not self._kubelet.running():
+                self._kubelet.start()
+            self._wait_node_ready()
+
+    # -- control plane (LocalCluster with what pods need) ---------------------------------------
+
+    def _serving_names(self) -> list[str]:
+        return [*super()._serving_names(), f"IP:{NODE_IP}", "DNS:kubernetes.default.svc.cluster.local"]
+
+    def _write_pki(self) -> None:
+        super()._write_pki()
+        pki = self.workdir / "pki"
+        # kube-apiserver -> kubelet (logs, exec, port-forward): a client in system:masters.
+        ext = pki / "client.ext"
+        ext.write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+        key, csr, crt = (pki / f"apiserver-kubelet-client.{s}" for s in ("key", "csr", "crt"))
+        self._openssl(
+            "req", *ec, "-nodes", "-keyout", str(key), "-out", str(csr),
+            "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client",
+        )  # fmt: skip
+        self._openssl(
+            "x509", "-req", "-in", str(csr), "-days", "3650", "-CA", str(pki / "ca.crt"),
+            "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-extfile", str(ext), "-out", str(crt),
+        )  # fmt: skip
+
+    def _write_auth(self) -> None:
+        super()._write_auth()
+        tokens = self.workdir / "pki" / "tokens.csv"
+        lines = [f'{self._tokens[f"system:node:{NODE_NAME}"]},system:node:{NODE_NAME},kubelet,"system:nodes"']
+        lines += [f"{self._tokens[u]},{u},{u}" for u in ("system:kube-scheduler", "system:kube-proxy")]
+        with tokens.open("a") as out:
+            out.write("\n".join(lines) + "\n")
+
+    def _write_kubeconfigs(self) -> None:
+        super()._write_kubeconfigs()
+        for user, file in (
+            (f"system:node:{NODE_NAME}", "kubelet.kubeconfig"),
+            ("system:kube-scheduler", "scheduler.kubeconfig"),
+            ("system:kube-proxy", "proxy.kubeconfig"),
+        ):
+            doc = self._kubeconfig_document()
+            doc["users"] = [{"name": user, "user": {"token": self._tokens[user]}}]
+            doc["contexts"][0]["context"]["user"] = user
+            path = self.workdir / file
+            path.write_text(json.dumps(doc, indent=2) + "\n")
+            path.chmod(0o600)
+
+    def _start_apiserver(self) -> None:
+        pki = self.workdir / "pki"
+        argv = [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--advertise-address={NODE_IP}",
+            f"--bind-address={NODE_IP}",
+            f"--secure-port={self._apiserver_port}",
+            *(["--insecure-port=0"] if self.minor < 24 else []),
+            f"--etcd-servers={self.etcd_url}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--profiling=false",
+            "--v=1",
+        ]
+        self._apiserver = _Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
+        self._apiserver.start()
+        self._wait_apiserver_ready(self._apiserver)
+
+    def _start_controller_manager(self) -> None:
+        pki = self.workdir / "pki"
+        off = self._controllers_off()
+        argv = [
+            str(self.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1",
+            *(["--port=0"] if self.minor < 24 else []),
+            "--secure-port=0",
+            "--leader-elect=false",
+            f"--controllers={','.join(['*', *(f'-{c}' for c in off)])}",
+            # One identity per controller: the node lifecycle controller's own rights are what
+            # lets it lift the not-ready taint.
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--cluster-cidr={POD_CIDR}",
+            "--allocate-node-cidrs=false",
+            # A stopped kubelet turns the node NotReady within 16 s (default 40 s).
+            "--node-monitor-period=2s",
+            "--node-monitor-grace-period=16s",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+            "--v=1",
+        ]
+        self._controller_manager = _Component(
+            "kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log"
+        )
+        self._controller_manager.start()
+        self._wait(
+            "kube-controller-manager (default service account)",
+            self._controller_manager,
+            lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+        )
+
+    def _controllers_off(self) -> list[str]:
+        """Everything a node needs runs (node lifecycle, service accounts and their tokens, ...) but
+        what needs a cloud, a CA we do not run, or node CIDR allocation; by the names this release
+        knows (1.27 renamed them, later releases dropped the cloud ones)."""
+        wanted = (
+            ("cloud-node-lifecycle",),
+            ("route",),
+            ("service",),
+            ("nodeipam", "node-ipam-controller"),
+            ("csrsigning", "certificatesigningrequest-signing-controller"),
+            ("csrapproving", "certificatesigningrequest-approving-controller"),
+            ("csrcleaner", "certificatesigningrequest-cleaner-controller"),
+        )
+        argv = [str(self.bin_dir / "kube-controller-manager"), "--help"]
+        help_text = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+        known: set[str] = set()
+        for line in help_text.splitlines():
+            if "All controllers:" in line:
+                known = {name.strip() for name in line.split("All controllers:", 1)[1].split(",")}
+        return [name for names in wanted for name in names if name in known]
+
+    # -- the node --------------------------------------------------------------------------------
+
+    def _start_containerd(self) -> None:
+        assert self.images is not None
+        config_dir = RUN_ROOT / "config"
+        cni_dir = config_dir / "net.d"
+        registry_dir = config_dir / "registry"
+        cni_dir.mkdir(parents=True, exist_ok=True)
+        (NODE_ROOT / "cni-ipam").mkdir(parents=True, exist_ok=True)
+        self.containerd_root.mkdir(parents=True, exist_ok=True)
+        write_registry_hosts(registry_dir)
+        (cni_dir / f"10-{CNI_NETWORK}.conflist").write_text(
+            cni_config(
+                CNI_NETWORK, POD_SUBNET, POD_GATEWAY, [SERVICE_CIDR, f"{NODE_IP}/32"], NODE_ROOT / "cni-ipam"
+            )
+        )
+        layout = ContainerdLayout(self.containerd_root, cni_dir, registry_dir, self.images.pause)
+        config = config_dir / "containerd.toml"
+        config.write_text(render_config(layout))
+        self._containerd = _Component(
+            "containerd", ["containerd", "--config", str(config)], self.workdir / "logs" / "containerd.log"
+        )
+        self._containerd.start()
+        self._wait("containerd", self._containerd, self.ctr.up)
+        self._import_images()
+
+    def _import_images(self) -> None:
+        assert self.images is not None
+        present = self.ctr.images()
+        for ref, archive in self.images.archives.items():
+            if ref not in present:
+                self.ctr.import_image(archive, ref)
+        wanted = set(self.images.archives)
+        stale = [
+            ref
+            for ref in present
+            if ref.startswith(("localhost/mqbalance:", "localhost/mqbalance-pause:")) and ref not in wanted
+        ]
+        self.ctr.remove_images(stale)
+
+    def _start_scheduler(self) -> None:
+        port = self._ports.setdefault("scheduler", free_port())
+        kubeconfig = self.workdir / "scheduler.kubeconfig"
+        argv = [
+            str(self.bin_dir / "kube-scheduler"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            *(["--port=0"] if self.minor < 23 else []),
+            "--leader-elect=false",
+            "--v=1",
+        ]
+        self._scheduler = _Component("kube-scheduler", argv, self.workdir / "logs" / "kube-scheduler.log")
+        self._scheduler.start()
+        self._wait(
+            "kube-scheduler /healthz", self._scheduler, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz")
+        )
+
+    def _kubelet_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": NODE_IP,
+            "port": 10250,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": self._ports.setdefault("kubelet-healthz", free_port()),
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.ca_file)},
+            },
+            "authorization": {"mode": "Webhook"},
+            "cgroupDriver": "cgroupfs",
+            "failSwapOn": False,
+            "clusterDomain": "cluster.local",
+            "resolvConf": "",  # no DNS for pods: they talk to the API server by Service IP only
+            "serializeImagePulls": False,
+            "nodeStatusUpdateFrequency": "2s",
+            "nodeLeaseDurationSeconds": 8,  # renewed every 2 s: NotReady is detected quickly
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+            },
+            "imageGCHighThresholdPercent": 100,  # never collect the imported images
+            "imageGCLowThresholdPercent": 99,
+        }
+        if self.minor >= 27:
+            config["containerRuntimeEndpoint"] = f"unix://{CONTAINERD_SOCKET}"
+        if self.minor >= 31:
+            config["failCgroupV1"] = False  # many sandboxes still mount cgroup v1
+        return config
+
+    def _start_kubelet(self) -> None:
+        assert self.images is not None
+        root = NODE_ROOT / "kubelet"
+        root.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "kubelet-config.json"
+        config.write_text(json.dumps(self._kubelet_config(), indent=2) + "\n")
+        argv = [
+            str(self.bin_dir / "kubelet"),
+            f"--config={config}",
+            f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={NODE_IP}",
+            f"--node-labels=topology.kubernetes.io/zone={NODE_ZONE}",
+            f"--root-dir={root}",
+            f"--cert-dir={self.workdir / 'kubelet-pki'}",
+            "--v=1",
+        ]
+        if self.minor < 27:
+            argv += [
+                "--container-runtime=remote",
+                f"--container-runtime-endpoint=unix://{CONTAINERD_SOCKET}",
+                f"--pod-infra-container-image={self.images.pause}",
+            ]
+        self._kubelet = _Component("kubelet", argv, self.workdir / "logs" / "kubelet.log")
+        self._kubelet.start()
+
+    def _start_proxy(self) -> None:
+        healthz = self._ports.setdefault("proxy-healthz", free_port())
+        metrics = self._ports.setdefault("proxy-metrics", free_port())
+        argv = [
+            str(self.bin_dir / "kube-proxy"),
+            f"--kubeconfig={self.workdir / 'proxy.kubeconfig'}",
+            f"--hostname-override={NODE_NAME}",
+            f"--bind-address={NODE_IP}",
+            f"--cluster-cidr={POD_CIDR}",
+            "--proxy-mode=iptables",
+            # Leave the machine's conntrack settings alone.
+            "--conntrack-max-per-core=0",
+            "--conntrack-tcp-timeout-established=0",
+            "--conntrack-tcp-timeout-close-wait=0",
+            f"--nodeport-addresses={NODE_IP}/32",
+            f"--healthz-bind-address=127.0.0.1:{healthz}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            "--v=1",
+        ]
+        self._proxy = _Component("kube-proxy", argv, self.workdir / "logs" / "kube-proxy.log")
+        self._proxy.start()
+        self._wait(
+            "kube-proxy /healthz", self._proxy, lambda: _http_ok(f"http://127.0.0.1:{healthz}/healthz")
+        )
+
+    def _wait_node_ready(self) -> None:
+        assert self._kubelet is not None
+
+        def ready() -> bool:
+            status, node = self.request("GET", f"/api/v1/nodes/{NODE_NAME}")
+            if status != 200:
+                return False
+            conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+            return conditions.get("Ready") == "True" and not node.get("spec", {}).get("taints")
+
+        self._wait("the node Ready and untainted", self._kubelet, ready)
+        if self._proxy is not None:
+            self._wait("kube-proxy's rules for the kubernetes Service", self._proxy, self._service_rules)
+
+    def _service_rules(self) -> bool:
+        # Checked in the rules rather than by sending to the Service IP: until the rules exist,
+        # such a packet would follow the default route off the machine.
+        out = node_host.run(["iptables-save", "-t", "nat"], check=False).stdout
+        return f"-d {SERVICE_IP}/32" in out and f"--to-destination {NODE_IP}:{self._apiserver_port}" in out
+
+    def _drain_pods(self) -> None:
+        """Delete every pod through the kubelet (so CNI and mounts are released), quickly."""
+        if not (self._kubelet and self._kubelet.running() and self._apiserver and self._apiserver.running()):
+            return
+        for comp in (self._controller_manager, self._scheduler):
+            if comp is not None:
+                comp.stop(5.0)  # no replacement pods
+        self._controller_manager = self._scheduler = None
+        self.kubectl(
+            "delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force", "--wait=false",
+            check=False, timeout=60,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.ctr.up() and self.ctr.containers():
+            time.sleep(0.2)
+
+
+def _https_ok(url: str) -> bool:
+    # Components' own health endpoints on 127.0.0.1 with self-signed certificates.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+        return bool(resp.status == 200)
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    node = RealNode(args.dir, version=args.version)
+    started = time.monotonic()
+    with node:
+        print(
+            f"# real node {node.version} Ready in {time.monotonic() - started:.1f} s at {node.server}",
+            file=sys.stderr,
+        )
+        assert node.images is not None
+        print(
+            f"# images: {node.images.mqbalance}, {node.images.pause}; logs: {node.workdir / 'logs'}",
+            file=sys.stderr,
+        )
+        print(f"export KUBECONFIG={node.kubeconfig}", flush=True)
+        print("# press Ctrl-C to stop (everything is torn down)", file=sys.stderr, flush=True)
+        try:
+            while node.running:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            print("\n# stopping", file=sys.stderr)
+            return 0
+        print(f"a component exited unexpectedly:\n{node.logs()}", file=sys.stderr)
+        return 1
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    lock = MachineLock()
+    lock.acquire()  # refuses while a node runs
+    try:
+        done = node_host.cleanup(extra_mount_roots=[cache_dir() / "node" / "containerd"])
+    finally:
+        lock.release()
+    print("\n".join(done) if done else "nothing left behind")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    reason = unavailable(args.version)
+    print(reason or f"a real node {resolve_version(args.version)} can run here")
+    return 0 if reason is None else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.node", description="A real single-node cluster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {
+        "up": ("start a node, print `export KUBECONFIG=...`, wait for Ctrl-C", _cmd_up),
+        "down": ("undo what a killed node left behind (processes, mounts, iptables, bridge)", _cmd_down),
+        "check": ("say whether a real node can run here, and why not", _cmd_check),
+    }
+    for name, (text, func) in commands.items():
+        cmd = sub.add_parser(name, help=text)
+        cmd.set_defaults(func=func)
+        if name != "down":
+            cmd.add_argument(
+                "--version",
+                default=None,
+                help="Kubernetes version: current, 1.20 or v1.Y.Z (default $MQBALANCE_K8S_VERSION, else current)",
+            )
+        if name == "up":
+            cmd.add_argument("--dir", type=Path, default=None, help="keep kubeconfig, keys and logs here")
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ClusterError, HostError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

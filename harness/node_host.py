@@ -1,0 +1,414 @@
+"""What a real node changes on its machine, and undoing all of it.
+
+A kubelet, containerd and kube-proxy are machine-global: they add an address, a bridge,
+iptables chains, sysctls, mounts, cgroups and network namespaces. :class:`HostState`
+records, before the node starts, what it is about to change (sysctl values, whether the
+pod log directories existed) in a state file under :data:`RUN_ROOT`; :func:`cleanup` puts
+the machine back, both after a clean stop and after a run that was killed outright (the
+next start, or ``python -m harness.node down``, finds the state file and finishes the job).
+
+Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RUN_ROOT = Path(os.environ.get("MQBALANCE_NODE_RUN", "/run/mqbalance-node"))
+"""containerd's state and socket, the runc root, the state file; fixed: there is one node per machine."""
+NODE_ROOT = Path(os.environ.get("MQBALANCE_NODE_ROOT", "/var/lib/mqbalance-node"))
+"""The kubelet's root dir and the CNI address allocations."""
+LOCK_FILE = Path(os.environ.get("MQBALANCE_NODE_LOCK", "/run/mqbalance-node.lock"))
+STATE_FILE = RUN_ROOT / "state.json"
+CONTAINERD_SOCKET = RUN_ROOT / "containerd.sock"
+BRIDGE = "mqb-cni0"
+EGRESS_CHAIN = "MQBALANCE-NODE-EGRESS"
+POD_LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
+CNI_CACHE = Path("/var/lib/cni")
+NETNS_DIR = Path("/run/netns")
+# Directories the kubelet (pod logs), libcni (its result cache) and containerd (network
+# namespaces) create at fixed paths; removed afterwards when the node made them.
+CREATED_DIRS = (*POD_LOG_DIRS, CNI_CACHE, NETNS_DIR)
+
+# What the kubelet (kernel tunables it wants), kube-proxy and the CNI bridge set.
+SYSCTLS = (
+    "net.ipv4.ip_forward",
+    "net.ipv4.conf.all.route_localnet",
+    "net.bridge.bridge-nf-call-iptables",
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+)
+
+
+class HostError(RuntimeError):
+    """The machine is not in a state a real node can start in."""
+
+
+def run(argv: list[str], *, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and result.returncode != 0:
+        raise HostError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result
+
+
+# -- one node per machine ---------------------------------------------------------------------
+
+
+class MachineLock:
+    """An exclusive lock held while a node runs; released by the kernel if the holder dies."""
+
+    def __init__(self, path: Path = LOCK_FILE) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            holder = self.path.read_text().strip() or "another process"
+            raise HostError(
+                f"the real node is in use by pid {holder} ({self.path}); one node runs per machine"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+# -- the record of what a node changed ----------------------------------------------------------
+
+
+@dataclass
+class HostState:
+    pid: int
+    node_ip: str
+    containerd_root: str
+    sysctls: dict[str, str] = field(default_factory=dict)
+    created_dirs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def record(cls, node_ip: str, containerd_root: Path) -> HostState:
+        state = cls(os.getpid(), node_ip, str(containerd_root))
+        for key in SYSCTLS:
+            value = read_sysctl(key)
+            if value is not None:
+                state.sysctls[key] = value
+        state.created_dirs = [str(d) for d in CREATED_DIRS if not d.exists()]
+        RUN_ROOT.mkdir(parents=True, exist_ok=True)
+        tmp = STATE_FILE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(STATE_FILE)
+        return state
+
+    @classmethod
+    def load(cls) -> HostState | None:
+        try:
+            return cls(**json.loads(STATE_FILE.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def _sysctl_path(key: str) -> Path:
+    return Path("/proc/sys") / key.replace(".", "/")
+
+
+def read_sysctl(key: str) -> str | None:
+    try:
+        return _sysctl_path(key).read_text().strip()
+    except OSError:
+        return None
+
+
+def write_sysctl(key: str, value: str) -> None:
+    with contextlib.suppress(OSError):
+        _sysctl_path(key).write_text(value)
+
+
+# -- network ------------------------------------------------------------------------------------
+
+
+def add_node_address(node_ip: str) -> None:
+    """The node's own address: a /32 on the loopback interface, so nothing it serves faces a network."""
+    result = run(["ip", "-4", "-o", "addr", "show", "dev", "lo"])
+    if f" {node_ip}/32 " not in result.stdout:
+        run(["ip", "addr", "add", f"{node_ip}/32", "dev", "lo"])
+
+
+def remove_node_address(node_ip: str) -> None:
+    run(["ip", "addr", "del", f"{node_ip}/32", "dev", "lo"], check=False)
+
+
+def guard_egress(pod_cidr: str) -> None:
+    """Drop anything pods send that would leave through another interface than their bridge."""
+    run(["iptables", "-w", "-N", EGRESS_CHAIN], check=False)
+    run(["iptables", "-w", "-F", EGRESS_CHAIN])
+    run(["iptables", "-w", "-A", EGRESS_CHAIN, "-s", pod_cidr, "!", "-o", BRIDGE, "-j", "DROP"])
+    jump = ["FORWARD", "-j", EGRESS_CHAIN]
+    if run(["iptables", "-w", "-C", *jump], check=False).returncode != 0:
+        run(["iptables", "-w", "-I", *jump])
+
+
+def _iptables_rules(table: str) -> list[str]:
+    result = run(["iptables-save", "-t", table], check=False)
+    return result.stdout.splitlines() if result.returncode == 0 else []
+
+
+def remove_iptables_chains(prefixes: tuple[str, ...] = ("KUBE-", EGRESS_CHAIN)) -> None:
+    """Jumps into, rules of, then the chains named ``prefixes`` (kube-proxy's, the kubelet's, ours)."""
+    if shutil.which("iptables-save") is None:
+        return
+    for table in ("filter", "nat", "mangle"):
+        lines = _iptables_rules(table)
+        chains = [ln[1:].split()[0] for ln in lines if ln.startswith(":") and ln[1:].startswith(prefixes)]
+        if not chains:
+            continue
+        for line in lines:
+            if not line.startswith("-A "):
+                continue
+            parts = line.split()
+            if parts[1].startswith(prefixes):
+                continue  # goes with its chain
+            if any(p.startswith(prefixes) for p in parts[2:]):
+                # iptables-save quotes comments; the shell-free split keeps the rule as tokens.
+                run(["iptables", "-w", "-t", table, "-D", *_unquote(parts[1:])], check=False)
+        for chain in chains:
+            run(["iptables", "-w", "-t", table, "-F", chain], check=False)
+        for chain in chains:
+            run(["iptables", "-w", "-t", table, "-X", chain], check=False)
+
+
+def _unquote(tokens: list[str]) -> list[str]:
+    """Join iptables-save's double-quoted arguments (comments with spaces) back into one token each."""
+    out: list[str] = []
+    buf: list[str] | None = None
+    for tok in tokens:
+        if buf is not None:
+            buf.append(tok)
+            if tok.endswith('"'):
+                out.append(" ".join(buf)[1:-1])
+                buf = None
+        elif tok.startswith('"') and not (tok.endswith('"') and len(tok) > 1):
+            buf = [tok]
+        else:
+            out.append(tok[1:-1] if len(tok) > 1 and tok[0] == tok[-1] == '"' else tok)
+    return out
+
+
+def remove_bridge() -> None:
+    run(["ip", "link", "del", BRIDGE], check=False)
+
+
+# -- processes, mounts, cgroups -----------------------------------------------------------------
+
+
+def shim_pids(socket: Path = CONTAINERD_SOCKET) -> list[int]:
+    """containerd shims of this node's containerd (they outlive it by design)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(socket).encode() in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+def kill_pids(pids: Iterable[int], timeout: float = 5.0) -> None:
+    pending = list(pids)
+    for pid in pending:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        pending = [p for p in pending if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def mounts_under(roots: Iterable[Path]) -> list[str]:
+    """Mount points at or below any of ``roots``, deepest first."""
+    prefixes = [str(r).rstrip("/") for r in roots]
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if any(point == p or point.startswith(p + "/") for p in prefixes):
+            points.append(point)
+    return sorted(set(points), key=lambda p: (-p.count("/"), p))
+
+
+def unmount_all(roots: Iterable[Path]) -> None:
+    for _ in range(3):  # a bind mount can hide another: go again until nothing is left
+        points = mounts_under(roots)
+        if not points:
+            return
+        for point in points:
+            if run(["umount", point], check=False).returncode != 0:
+                run(["umount", "-l", point], check=False)
+
+
+def _pod_cgroup_tops() -> list[Path]:
+    root = Path("/sys/fs/cgroup")
+    tops = [root / "kubepods"] + [d / "kubepods" for d in root.iterdir() if d.is_dir()]
+    return [t for t in tops if t.is_dir()]
+
+
+def pod_pids() -> list[int]:
+    """Processes in the kubelet's pod cgroups: containers whose shim died (they outlive it)."""
+    pids: set[int] = set()
+    for top in _pod_cgroup_tops():
+        for procs in top.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(line) for line in procs.read_text().split())
+    return sorted(pids)
+
+
+def remove_pod_cgroups() -> None:
+    """The kubelet's ``kubepods`` hierarchy (cgroupfs driver), removed bottom-up once empty."""
+    for top in _pod_cgroup_tops():
+        for directory, _, _ in sorted(os.walk(top), key=lambda w: -w[0].count("/")):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
+def cni_netns_mounts() -> list[Path]:
+    """Network namespaces containerd's CRI made for pod sandboxes (``/run/netns/cni-*``)."""
+    netns = Path("/run/netns")
+    return [p for p in netns.glob("cni-*")] if netns.is_dir() else []
+
+
+# -- the whole undo -----------------------------------------------------------------------------
+
+
+def cleanup(state: HostState | None = None, extra_mount_roots: Iterable[Path] = ()) -> list[str]:
+    """Put the machine back as it was before the node; returns what was done (for logs).
+
+    Safe to call when nothing is left, and after a killed run (it reads the state file).
+    """
+    state = state or HostState.load()
+    done: list[str] = []
+    shims = shim_pids()
+    if shims:
+        kill_pids(shims)
+        done.append(f"killed {len(shims)} containerd shims")
+    orphans = pod_pids()
+    if orphans:
+        kill_pids(orphans)
+        done.append(f"killed {len(orphans)} container processes left by them")
+    roots = [RUN_ROOT, NODE_ROOT, *extra_mount_roots]
+    if state is not None:
+        roots.append(Path(state.containerd_root))
+        for ns in cni_netns_mounts():
+            run(["umount", str(ns)], check=False)
+            with contextlib.suppress(OSError):
+                ns.unlink()
+            done.append(f"removed network namespace {ns}")
+    points = mounts_under(roots)
+    if points:
+        unmount_all(roots)
+        done.append(f"unmounted {len(points)} mounts")
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        remove_bridge()
+        done.append(f"removed bridge {BRIDGE}")
+    if any(
+        ln.startswith(":KUBE-") or EGRESS_CHAIN in ln for t in ("filter", "nat") for ln in _iptables_rules(t)
+    ):
+        remove_iptables_chains()
+        done.append("removed KUBE-* and the egress iptables chains")
+    remove_pod_cgroups()
+    if state is not None:
+        remove_node_address(state.node_ip)
+        for key, value in state.sysctls.items():
+            if read_sysctl(key) != value:
+                write_sysctl(key, value)
+                done.append(f"restored {key}={value}")
+        results = CNI_CACHE / "results"
+        for cached in results.glob("mqbalance-node-*") if results.is_dir() else []:
+            with contextlib.suppress(OSError):
+                cached.unlink()
+        for directory in map(Path, state.created_dirs):
+            if directory in POD_LOG_DIRS:
+                shutil.rmtree(directory, ignore_errors=True)
+            elif directory.is_dir():
+                for sub in sorted(directory.rglob("*"), key=lambda p: -len(p.parts)):
+                    with contextlib.suppress(OSError):
+                        sub.rmdir()  # empty directories only: anything else is not ours
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+    for path in (NODE_ROOT, RUN_ROOT):
+        if path.exists() and not mounts_under([path]):
+            shutil.rmtree(path, ignore_errors=True)
+    return done
+
+
+def leftovers(node_ip: str | None = None, extra_mount_roots: Iterable[Path] = ()) -> list[str]:
+    """What a stopped node would have left on the machine; empty when everything was undone."""
+    found = []
+    shims = shim_pids()
+    if shims:
+        found.append(f"containerd shims {shims}")
+    orphans = pod_pids()
+    if orphans:
+        found.append(f"container processes {orphans[:5]}")
+    points = mounts_under([RUN_ROOT, NODE_ROOT, *extra_mount_roots])
+    if points:
+        found.append(f"mounts {points[:5]}")
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        found.append(f"bridge {BRIDGE}")
+    chains = [
+        ln[1:].split()[0]
+        for t in ("filter", "nat", "mangle")
+        for ln in _iptables_rules(t)
+        if ln.startswith(":") and (ln.startswith(":KUBE-") or ln.startswith(f":{EGRESS_CHAIN}"))
+    ]
+    if chains:
+        found.append(f"iptables chains {sorted(set(chains))[:5]}")
+    if node_ip and f" {node_ip}/32 " in run(["ip", "-4", "-o", "addr", "show", "dev", "lo"]).stdout:
+        found.append(f"address {node_ip}/32 on lo")
+    netns = cni_netns_mounts()
+    if netns:
+        found.append(f"network namespaces {[str(n) for n in netns]}")
+    cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods") if p.is_dir()]
+    if Path("/sys/fs/cgroup/kubepods").is_dir():
+        cgroups.append("/sys/fs/cgroup/kubepods")
+    if cgroups:
+        found.append(f"cgroups {cgroups[:3]}")
+    if STATE_FILE.exists():
+        found.append(f"state file {STATE_FILE}")
+    return found

@@ -1,0 +1,39 @@
+"""Assertions of the real-pod tests; the workload helpers are in harness/node_workload.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.node import RealNode
+from harness.node_workload import assignment, sidecar_view
+from harness.polling import wait_for
+from mqbalance.document import AssignmentDocument
+
+
+def queues_of_view(view: dict[str, Any]) -> dict[str, set[tuple[str, int]]]:
+    return {
+        topic: {(q["brokerName"], int(q["queueId"])) for q in qs}
+        for topic, qs in view["queues"].items()
+        if qs
+    }
+
+
+def queues_of_document(doc: AssignmentDocument, member: str) -> dict[str, set[tuple[str, int]]]:
+    return {
+        topic: {(q.broker_name, q.queue_id) for q in qs} for topic, qs in doc.queues_of(member).items() if qs
+    }
+
+
+def check_each_sidecar(node: RealNode, doc: AssignmentDocument, timeout: float = 60) -> None:
+    """Every member's own sidecar serves exactly that member's queues of ``doc`` (or a later generation)."""
+    for member in sorted(doc.members):
+
+        def served(member: str = member) -> dict[str, Any] | None:
+            view = sidecar_view(node, member)
+            return view if int(view["generation"]) >= doc.generation else None
+
+        view = wait_for(f"{member}'s sidecar serving generation {doc.generation}", served, timeout, 0.5)
+        current = doc if int(view["generation"]) == doc.generation else assignment(node)
+        assert current is not None
+        assert view["isMember"] is True, view
+        assert queues_of_view(view) == queues_of_document(current, member), (member, view)

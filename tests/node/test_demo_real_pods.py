@@ -1,0 +1,83 @@
+"""The demo (`make demo`) on real pods: the chart installed, consumers scaled 3 -> 5 -> 4, every pod's
+own sidecar shown, the node torn down.
+
+Runs before the session's node (this file sorts first): one node runs per machine.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import node_host
+from harness.node import NODE_IP, Images
+from tests.integration.test_demo import section
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def demo_output(images: Images) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.demo", "--mode", "real", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_demo_says_it_runs_on_real_pods(demo_output: str) -> None:
+    assert demo_output.splitlines()[0].startswith("==> mode: real pods")
+    assert "==> helm install mqbalance charts/mqbalance (local image, imagePullPolicy Never)" in demo_output
+
+
+def test_demo_shows_each_assignment_and_every_pods_sidecar(demo_output: str) -> None:
+    lines = demo_output.splitlines()
+    tables = [line for line in lines if re.fullmatch(r"Assignment with \d+ members.*:", line)]
+    assert [int(t.split()[2]) for t in tables] == [3, 5, 4]
+    for title in tables:
+        rows = section(demo_output, title)
+        generation = int(rows[0].split()[1])
+        members = [row.split()[0] for row in rows[2:]]
+        loads = [int(row.split()[2]) for row in rows[2:]]
+        assert sum(loads) == 12  # examples/topic.yaml: 3 brokers x 4 queues
+        assert max(loads) - min(loads) <= 1
+        # Each member's own sidecar, asked inside its pod, serves that generation and its row's queues.
+        for member, row in zip(members, rows[2:], strict=True):
+            line = next(
+                x for x in lines if x.startswith(f"Sidecar of {member} serves generation {generation} ")
+            )
+            held = row.split(maxsplit=4)[4].split("  ")[0].strip()
+            assert line.endswith(held), (line, held)
+
+
+def test_demo_moves_add_up(demo_output: str) -> None:
+    titles = [line for line in demo_output.splitlines() if line.startswith("Moves from generation")]
+    assert len(titles) == 2
+    for title in titles:
+        first, last = (int(g) for g in re.findall(r"\d+", title))
+        table = section(demo_output, title)
+        moved = int(re.search(r"(\d+) queue\(s\) moved", table[-1])[1])  # type: ignore[index]
+        minimum = int(re.search(r"allows is (\d+)", table[-1])[1])  # type: ignore[index]
+        assert len(table) - 2 == moved
+        if last == first + 1:
+            assert moved == minimum  # STICKY moves exactly the minimum in one generation
+        else:
+            assert moved >= minimum
+
+
+def test_demo_prints_the_group_and_tears_the_node_down(demo_output: str) -> None:
+    lines = demo_output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("NAME ") and "STRATEGY" in line)
+    assert lines[header + 1].split()[:3] == ["orders-consumer", "STICKY", "4"]
+    assert "==> tearing the node down (pods, containerd, iptables rules, bridge, mounts)" in lines
+    assert lines[-1].startswith("==> done in ")
+    assert node_host.leftovers(NODE_IP) == []
