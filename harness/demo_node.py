@@ -28,7 +28,7 @@ from harness.node_workload import (
     sidecar_view,
     wait_members,
 )
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 
 DEBOUNCE = 3.0
 

@@ -299,7 +299,9 @@ class RealNode(LocalCluster):
             return bin_dir
         build = ["bash", str(_BUILD_SCRIPT), "--k8s", self.version, "--node"]
         if not self._build:
-            raise ClusterError(f"node binaries for {self.version} missing in {bin_dir}; run {' '.join(build)}")
+            raise ClusterError(
+                f"node binaries for {self.version} missing in {bin_dir}; run {' '.join(build)}"
+            )
         print(f"building the node binaries with {' '.join(build)} (once; cached)", file=sys.stderr)
         result = subprocess.run(build, stdout=subprocess.PIPE, text=True, check=False)
         if result.returncode != 0 or not node_binaries_present(bin_dir):
@@ -783,7 +785,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd.add_argument(
                 "--version",
                 default=None,
-                help="Kubernetes version: current, 1.20 or v1.Y.Z (default $MQBALANCE_K8S_VERSION, else current)",
+                help="current, 1.20 or v1.Y.Z (default: $MQBALANCE_K8S_VERSION, else current)",
             )
         if name == "up":
             cmd.add_argument("--dir", type=Path, default=None, help="keep kubeconfig, keys and logs here")

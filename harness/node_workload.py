@@ -15,7 +15,7 @@ import yaml
 
 from harness.node import Images, RealNode
 from harness.polling import wait_for
-from mqbalance.document import CONFIGMAP_KEY, AssignmentDocument, configmap_name
+from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.journal import KIND, JournalRecord
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,8 @@ Lease. Replicas find each other through member Leases (``<prefix>-member-<identi
 ``mqbalance.io/shard-set: <prefix>``) that each renews; the live members, sorted, deal the
 shards out in turn (shard i to member i mod M), so every replica computes the same plan.
 
-A replica takes a shard of its plan once the shard's Lease is free or expired, and gives up a
+A replica announces itself one step before it takes anything, so replicas started together
+agree at once. It takes a shard of its plan once the shard's Lease is free or expired, and gives up a
 shard that is no longer its own after its work on that shard has drained (it first stops
 starting any), releasing the Lease so the new owner takes it at once. A replica that dies (a
 SIGKILL, a lost node) stops renewing: its member Lease and shard Leases expire after one
@@ -97,6 +98,7 @@ class Shards:
         """The live replicas at the last step, sorted."""
         self._seen: dict[str, tuple[object, float]] = {}
         self._refused: set[int] = set()
+        self._announcing = True
         """Shards of ours that work was refused on since the last step (their Lease was not held)."""
 
     def owns(self, namespace: str, name: str) -> bool:
@@ -128,6 +130,12 @@ class Shards:
         refused, self._refused = self._refused, set()
         await self.member.try_hold()
         self.members = await self._live_members()
+        if self._announcing:
+            # The first step only announces this replica: replicas started together (a new
+            # Deployment, a cold start) see each other before anyone takes a shard, rather than
+            # the first one taking them all and handing most over a step later.
+            self._announcing = False
+            return frozenset(), frozenset()
         wanted = self.plan(self.members)
         owned = set()
         for shard, lock in enumerate(self.locks):

@@ -7,7 +7,7 @@ from typing import Any
 from harness.node import RealNode
 from harness.node_workload import assignment, sidecar_view
 from harness.polling import wait_for
-from mqbalance.document import AssignmentDocument
+from mqbalance.contract import AssignmentDocument
 
 
 def queues_of_view(view: dict[str, Any]) -> dict[str, set[tuple[str, int]]]:

@@ -118,6 +118,19 @@ async def test_replicas_split_the_shards_and_take_over_a_dead_ones() -> None:
 
 
 @pytest.mark.asyncio
+async def test_replicas_started_together_take_their_own_shards_at_once() -> None:
+    """No replica takes everything first to hand most of it over later: the first step announces."""
+    fleet = Fleet(count=6)
+    for name in ("a", "b", "c"):
+        fleet.add(name)
+    await fleet.tick()
+    assert fleet.owned() == {"a": [], "b": [], "c": []}
+    await fleet.tick()
+    assert fleet.owned() == {"a": [0, 3], "b": [1, 4], "c": [2, 5]}
+    assert all(lease["spec"].get("leaseTransitions", 0) == 0 for lease in fleet.api.leases.values())
+
+
+@pytest.mark.asyncio
 async def test_a_clean_stop_hands_shards_over_at_once() -> None:
     fleet = Fleet(count=4)
     a, b = fleet.add("a"), fleet.add("b")
@@ -135,6 +148,7 @@ async def test_a_clean_stop_hands_shards_over_at_once() -> None:
 async def test_work_in_flight_keeps_a_shard_until_it_drains() -> None:
     fleet = Fleet(count=2)
     a = fleet.add("a")
+    await fleet.tick()
     await fleet.tick()
     assert sorted(a.owned) == [0, 1]
     b = fleet.add("b")
@@ -155,6 +169,7 @@ async def test_work_refused_on_a_shard_renewed_late_runs_once_it_is_renewed() ->
     """A busy loop renews late: the groups refused meanwhile are looked at again after."""
     fleet = Fleet(count=2)
     a = fleet.add("a")
+    await a.step(lambda shard: False)  # announces itself
     gained, _ = await a.step(lambda shard: False)
     assert gained == {0, 1}
     fleet.now += DURATION * 0.7  # past two thirds: no longer safe to work on
