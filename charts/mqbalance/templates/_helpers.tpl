@@ -60,6 +60,50 @@ app.kubernetes.io/component: sidecar
 {{- default (printf "%s-operator" (include "mqbalance.fullname" .)) .Values.operator.leaderElection.leaseName }}
 {{- end }}
 
+{{/*
+How operator pods coordinate: "Lease <name> with <n> shard(s)", or "no leader election". Pods that
+disagree on it do not see each other's Leases, so during a rollout old and new pods would work on
+the same groups at once.
+*/}}
+{{- define "mqbalance.operator.coordination" -}}
+{{- if .lease }}
+{{- printf "Lease %q with %d shard(s)" .lease (int .shards) }}
+{{- else }}
+{{- print "no leader election" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuses an upgrade that changes how running operator pods coordinate (leader election, the Lease's
+name, operator.leaderElection.shards) while the new values roll pods out next to the old ones
+(RollingUpdate). Reads the Deployment from the cluster, so `helm template` and client-side dry runs
+skip the check.
+*/}}
+{{- define "mqbalance.operator.checkCoordinationChange" -}}
+{{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-operator" (include "mqbalance.fullname" .)) }}
+{{- if and $existing .Values.operator.leaderElection.enabled (gt (int .Values.operator.replicas) 0) }}
+{{- $running := max (dig "spec" "replicas" 0 $existing) (dig "status" "replicas" 0 $existing) }}
+{{- $old := dict "lease" "" "shards" 1 }}
+{{- range $existing.spec.template.spec.containers }}
+{{- if eq .name "operator" }}
+{{- range .args }}
+{{- if hasPrefix "--leader-election=" . }}{{ $_ := set $old "lease" (trimPrefix "--leader-election=" .) }}{{ end }}
+{{- if hasPrefix "--shards=" . }}{{ $_ := set $old "shards" (trimPrefix "--shards=" . | atoi) }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $new := dict "lease" (include "mqbalance.operator.leaseName" .) "shards" (int .Values.operator.leaderElection.shards) }}
+{{- $before := include "mqbalance.operator.coordination" $old }}
+{{- $after := include "mqbalance.operator.coordination" $new }}
+{{- if and (gt (int64 $running) 0) (ne $before $after) }}
+{{- $what := printf "the %d running operator pod(s) coordinate through %s, these values through %s" (int64 $running) $before $after }}
+{{- $why := "during a rolling update pods of both would work on the same groups at once" }}
+{{- $fix := "Scale the operator to 0 first (helm upgrade --reuse-values --set operator.replicas=0), wait for its pods to go, then upgrade with the new values" }}
+{{- fail (printf "operator.leaderElection: %s; %s. %s." $what $why $fix) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "mqbalance.sidecar.serviceAccountName" -}}
 {{- default (printf "%s-sidecar" (include "mqbalance.fullname" .)) .Values.sidecar.serviceAccount.name }}
 {{- end }}

@@ -7,6 +7,7 @@ command line, the module named ``conftest`` may be another folder's.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -89,3 +90,13 @@ def can_i(
     if answer not in ("yes", "no"):
         raise AssertionError(f"kubectl auth can-i {verb} {resource} answered {answer!r}: {result.stderr}")
     return answer == "yes"
+
+
+DENIED = re.compile(r"(?<![\d,.])403(?!\d)|forbidden", re.IGNORECASE)
+"""An API server's refusal in a log: "HTTP 403: ... is forbidden". Not a 403 in a log line's
+milliseconds (",403") or in a fraction ("0.403"): those made the check fail by chance."""
+
+
+def assert_no_denials(logs: str) -> None:
+    found = DENIED.search(logs)
+    assert found is None, f"the API server refused a call ({found.group()!r}):\n{logs}"

@@ -7,9 +7,12 @@ authenticated as the operator ServiceAccount, which is what the pod would do.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
 import json
 import os
-import re
+import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -24,20 +27,24 @@ from harness.kubelet import create_node, start_pods
 from harness.polling import wait_for
 from harness.processes import ManagedProcess, mqbalance_argv
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
+from mqbalance.journal import JournalRecord
+from mqbalance.operator.shards import ROLE_LABEL, SHARD_SET_LABEL, member_lease_name, shard_of
 from tests.integration.deploy.deploy_support import (
     CHART,
     REPO,
+    assert_no_denials,
     can_i,
     run_helm,
     service_account_kubeconfig,
 )
+from tests.integration.operator_support import apply_group
 
 GROUP = "orders-consumer"
 TIMEOUT = 60.0
 
 
-@pytest.fixture
-def release(cluster: LocalCluster, helm: Path, namespace: str) -> Iterator[str]:
+@contextlib.contextmanager
+def installed(cluster: LocalCluster, helm: Path, namespace: str, *values: str) -> Iterator[str]:
     """The chart installed in ``namespace``, watching only that namespace, sidecars narrowed to GROUP."""
     name = f"mqb-{uuid.uuid4().hex[:6]}"
     run_helm(
@@ -46,6 +53,7 @@ def release(cluster: LocalCluster, helm: Path, namespace: str) -> Iterator[str]:
         "--namespace", namespace,
         "--set", f"operator.watchNamespaces={{{namespace}}}",
         "--set", f"sidecar.groups={{{GROUP}}}",
+        *(arg for value in values for arg in ("--set", value)),
         "--wait=false",
     )  # fmt: skip
     try:
@@ -53,6 +61,12 @@ def release(cluster: LocalCluster, helm: Path, namespace: str) -> Iterator[str]:
     finally:
         # Cluster-scoped objects outlive the namespace: uninstall removes them.
         run_helm(helm, "uninstall", name, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace)
+
+
+@pytest.fixture
+def release(cluster: LocalCluster, helm: Path, namespace: str) -> Iterator[str]:
+    with installed(cluster, helm, namespace) as name:
+        yield name
 
 
 def test_install_creates_the_objects(cluster: LocalCluster, release: str, namespace: str) -> None:
@@ -252,6 +266,199 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
         sidecar.stop()
         operator.stop()
         core.delete_node(node)
-    logs = (tmp_path / "operator.log").read_text() + (tmp_path / "sidecar.log").read_text()
-    assert not re.search(r"(?<!\d)403(?!\d)", logs), logs
-    assert "forbidden" not in logs.lower(), logs
+    assert_no_denials((tmp_path / "operator.log").read_text() + (tmp_path / "sidecar.log").read_text())
+
+
+SHARDS = 2
+SHARDED = (
+    "operator.replicas=2",
+    f"operator.leaderElection.shards={SHARDS}",
+    # Replicas step every third of the Lease: a short one keeps the test short.
+    "operator.leaderElection.leaseDuration=6",
+)
+
+
+def upgrade(
+    cluster: LocalCluster, helm: Path, release: str, namespace: str, *values: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return run_helm(
+        helm, "upgrade", release, str(CHART),
+        "--kubeconfig", str(cluster.kubeconfig),
+        "--namespace", namespace,
+        "--reuse-values",
+        *(arg for value in values for arg in ("--set", value)),
+        check=check,
+    )  # fmt: skip
+
+
+def test_upgrade_refuses_to_change_how_running_operators_coordinate(
+    cluster: LocalCluster, helm: Path, release: str, namespace: str, api_client: client.ApiClient
+) -> None:
+    lease = f"{release}-mqbalance-operator"
+    for value, after in [
+        (f"operator.leaderElection.shards={SHARDS}", f'Lease "{lease}" with {SHARDS} shard(s)'),
+        ("operator.leaderElection.leaseName=renamed", 'Lease "renamed" with 1 shard(s)'),
+    ]:
+        refused = upgrade(cluster, helm, release, namespace, value, check=False)
+        assert refused.returncode != 0, value
+        assert f'coordinate through Lease "{lease}" with 1 shard(s), these values through {after}' in (
+            refused.stderr
+        ), refused.stderr
+        assert "Scale the operator to 0 first" in refused.stderr
+    upgrade(cluster, helm, release, namespace, "operator.logLevel=DEBUG")  # the same coordination rolls
+
+    apps = client.AppsV1Api(api_client)
+
+    def gone() -> bool:
+        status = apps.read_namespaced_deployment(lease, namespace).status
+        return status is not None and not status.replicas
+
+    upgrade(cluster, helm, release, namespace, "operator.replicas=0")
+    wait_for("the operator's pods to go", gone)
+    upgrade(cluster, helm, release, namespace, *SHARDED)
+    spec = apps.read_namespaced_deployment(lease, namespace).spec
+    assert spec is not None
+    assert spec.template.spec is not None
+    args = spec.template.spec.containers[0].args or []
+    assert f"--shards={SHARDS}" in args
+    assert "--log-level=DEBUG" in args  # the values reused
+
+
+def health(port: int) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            body: dict[str, Any] = json.loads(resp.read())
+    except OSError:
+        return {}
+    return body
+
+
+def test_sharded_replicas_work_as_the_chart_service_account(
+    cluster: LocalCluster, helm: Path, namespace: str, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    with installed(cluster, helm, namespace, *SHARDED) as release:
+        name = f"{release}-mqbalance-operator"
+        sa = f"system:serviceaccount:{namespace}:{name}"
+        leases = "leases.coordination.k8s.io"
+        for verb in ("get", "list", "create", "update", "delete"):
+            assert can_i(cluster, sa, verb, leases, namespace), f"operator cannot {verb} leases"
+        for verb, ns in [("watch", namespace), ("patch", namespace), ("deletecollection", namespace)]:
+            assert not can_i(cluster, sa, verb, leases, ns), f"operator may {verb} leases in {ns}"
+        for verb in ("get", "create", "delete"):
+            assert not can_i(cluster, sa, verb, leases, "default"), f"operator may {verb} leases in default"
+        notes = run_helm(
+            helm, "get", "notes", release, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace
+        ).stdout
+        assert f'split into {SHARDS} shards, Leases "{name}-0" to "{name}-1"' in notes, notes
+        assert f"kubectl -n {namespace} get leases -l mqbalance.io/shard-set={name}" in notes, notes
+        run_sharded_replicas(cluster, release, namespace, api_client, tmp_path)
+
+
+def run_sharded_replicas(
+    cluster: LocalCluster, release: str, namespace: str, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """Two replicas with the chart's own arguments and RBAC share the groups, then one leaves."""
+    name = lease = f"{release}-mqbalance-operator"
+    spec = client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace).spec
+    assert spec is not None
+    assert spec.template.spec is not None
+    command, *chart_args = spec.template.spec.containers[0].args or []
+    assert command == "operator"
+    assert f"--shards={SHARDS}" in chart_args, chart_args
+    chart_args = [arg.replace("$(POD_NAMESPACE)", namespace) for arg in chart_args]
+
+    # Two groups in each shard (the shard hashes the namespace, which is new every run).
+    by_shard: dict[int, list[str]] = {shard: [] for shard in range(SHARDS)}
+    for i in itertools.count():
+        bucket = by_shard[shard_of(namespace, f"orders-{i}", SHARDS)]
+        if len(bucket) < 2:
+            bucket.append(f"orders-{i}")
+        if all(len(groups) == 2 for groups in by_shard.values()):
+            break
+    cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "topic.yaml"))
+    node = f"node-{namespace}"
+    create_node(api_client, node, "zone-a")
+    for group in (g for groups in by_shard.values() for g in groups):
+        selector = {"matchLabels": {"app": group}}
+        group_spec = {"groupName": group, "topics": ["orders"], "selector": selector, "debounceSeconds": 0}
+        apply_group(api_client, namespace, group, {**group_spec, "strategy": {"name": "AVG"}})
+        start_pods(api_client, namespace, group, 2, {"app": group}, [node])
+
+    kubeconfig = service_account_kubeconfig(cluster, namespace, name, tmp_path / "operator.kubeconfig")
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    identities = [f"{release}-operator-{i}" for i in range(2)]  # sorted: shard i goes to replica i
+    ports = [free_port() for _ in identities]
+    replicas = []
+    for i, identity in enumerate(identities):
+        argv = mqbalance_argv(
+            "operator", *chart_args, "--kubeconfig", str(kubeconfig), "--metrics-host", "127.0.0.1",
+            f"--metrics-port={ports[i]}", "--journal", str(tmp_path / f"journal-{i}.jsonl"),
+        )  # fmt: skip
+        env_i = {**env, "POD_NAMESPACE": namespace, "POD_NAME": identity}
+        replicas.append(ManagedProcess(f"operator {i}", argv, env_i, tmp_path / f"operator-{i}.log"))
+    core = client.CoreV1Api(api_client)
+    coordination = client.CoordinationV1Api(api_client)
+
+    def held(i: int) -> list[int]:
+        replicas[i].check()
+        shards: list[int] = health(ports[i]).get("shards") or []
+        return shards
+
+    def published(group: str, members: int) -> AssignmentDocument | None:
+        for replica in replicas:
+            replica.check()
+        try:
+            cm = core.read_namespaced_config_map(configmap_name(group), namespace)
+        except client.exceptions.ApiException:
+            return None
+        doc = AssignmentDocument.decode((cm.data or {})[CONFIGMAP_KEY])
+        return doc if len(doc.members) == members else None
+
+    def journaled(i: int, group: str, generation: int) -> bool:
+        path = tmp_path / f"journal-{i}.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return any((r.group, r.generation) == (group, generation) for r in map(JournalRecord.decode, lines))
+
+    def rebalanced_by(i: int, group: str, members: int, pod: str) -> None:
+        """Add ``pod`` to ``group``; only replica ``i`` publishes the new generation."""
+        start_pods(api_client, namespace, pod, 1, {"app": group}, [node])
+        doc = wait_for(f"{group} with {members} members", lambda: published(group, members))
+        wait_for(f"replica {i}'s journal line", lambda: journaled(i, group, doc.generation))
+        others = [j for j in range(len(replicas)) if j != i and replicas[j].alive]
+        assert not [j for j in others if journaled(j, group, doc.generation)], f"{group} had two writers"
+
+    for replica in replicas:
+        replica.spawn()
+    try:
+        wait_for("each replica to hold its shard", lambda: [held(0), held(1)] == [[0], [1]], timeout=TIMEOUT)
+        for group in (g for groups in by_shard.values() for g in groups):
+            wait_for(f"{group} to be published", functools.partial(published, group, 2), timeout=TIMEOUT)
+        found = coordination.list_namespaced_lease(
+            namespace, label_selector=f"{SHARD_SET_LABEL}={lease}"
+        ).items
+        holders = {
+            (item.metadata.name, (item.metadata.labels or {}).get(ROLE_LABEL)): item.spec.holder_identity
+            for item in found
+            if item.metadata is not None and item.spec is not None
+        }
+        assert holders == {
+            (f"{lease}-0", "shard"): identities[0],
+            (f"{lease}-1", "shard"): identities[1],
+            (member_lease_name(lease, identities[0]), "member"): identities[0],
+            (member_lease_name(lease, identities[1]), "member"): identities[1],
+        }
+        for shard, groups in by_shard.items():
+            rebalanced_by(shard, groups[0], 3, f"{groups[0]}-extra")
+
+        # SIGTERM: replica 1 releases its shard and deletes its member Lease; replica 0 takes over.
+        replicas[1].stop()
+        with pytest.raises(client.exceptions.ApiException) as missing:
+            coordination.read_namespaced_lease(member_lease_name(lease, identities[1]), namespace)
+        assert missing.value.status == 404
+        wait_for("replica 0 to hold both shards", lambda: held(0) == [0, 1], timeout=TIMEOUT)
+        rebalanced_by(0, by_shard[1][0], 4, f"{by_shard[1][0]}-late")
+    finally:
+        for replica in replicas:
+            replica.stop()
+        core.delete_node(node)
+    assert_no_denials("".join((tmp_path / f"operator-{i}.log").read_text() for i in range(len(replicas))))

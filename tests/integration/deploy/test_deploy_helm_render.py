@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mqbalance.operator.main import parse_args
 from tests.integration.deploy.deploy_support import CHART, REPO, by_kind, documents, run_helm
 
 ALL_ON = [
@@ -31,6 +32,8 @@ def render(helm: Path, *args: str) -> list[dict[str, Any]]:
         ["--set", "operator.watchNamespaces={a,b}", "--set", "sidecar.groups={g}"],
         ["--set", "operator.replicas=2"],
         ["--set", "operator.leaderElection.enabled=false"],
+        ["--set", "operator.replicas=3", "--set", "operator.leaderElection.shards=4"],
+        ["--set", "operator.nameServer.addresses={ns-0:9876,ns-1:9876}"],
     ],
 )
 def test_helm_lint_strict(helm: Path, extra: list[str]) -> None:
@@ -123,6 +126,79 @@ def test_leader_election_is_on_by_default_with_a_lease_in_the_release_namespace(
     assert all("leases" not in rule["resources"] for rule in cluster_role["rules"])
 
 
+def test_shards_pass_the_flag_and_grant_the_lease_verbs_the_operator_calls(helm: Path) -> None:
+    docs = render(helm, "--set", "operator.replicas=3", "--set", "operator.leaderElection.shards=4")
+    deployment, container = _operator_container(docs)
+    assert deployment["spec"]["replicas"] == 3
+    # Same-count upgrades roll: a new pod joins as a member, each shard moves once its holder drained it.
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert [a for a in container["args"] if a.startswith("--shards")] == ["--shards=4"]
+    assert "--leader-election=mq-mqbalance-operator" in container["args"]
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["metadata"]["namespace"] == "mq-system"
+    # What shards.py and kube/lease.py call: list by label selector, get, create, replace (update) and
+    # delete (member Leases); no watch, no patch. Member Leases are named after pods: no resourceNames.
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "create", "update", "delete"],
+        }
+    ]
+    # One shard is plain leader election: no flag, the one Lease by name.
+    _, container = _operator_container(render(helm, "--set", "operator.leaderElection.shards=1"))
+    assert not [a for a in container["args"] if a.startswith("--shards")]
+
+
+def test_shards_need_leader_election(helm: Path) -> None:
+    result = run_helm(
+        helm, "template", "mq", str(CHART),
+        "--set", "operator.leaderElection.enabled=false", "--set", "operator.leaderElection.shards=2",
+        check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    # The schema names both ways out: one shard, or leader election on.
+    assert "operator.leaderElection.shards: Must be less than or equal to 1" in result.stderr, result.stderr
+    assert "operator.leaderElection.enabled: operator.leaderElection.enabled does not match: true" in (
+        result.stderr
+    )
+
+
+def test_name_servers_render_one_flag_joined_with_semicolons(helm: Path) -> None:
+    _, container = _operator_container(render(helm))
+    assert not [a for a in container["args"] if a.startswith("--name-server")]
+    values = [
+        "--set", "operator.nameServer.addresses={rocketmq-namesrv-0.rocketmq:9876,10.0.0.5:9876}",
+        "--set-json", "operator.nameServer.timeoutSeconds=1.5",
+    ]  # fmt: skip
+    _, container = _operator_container(render(helm, *values))
+    flags = [a for a in container["args"] if a.startswith("--name-server")]
+    assert flags == [
+        "--name-server=rocketmq-namesrv-0.rocketmq:9876;10.0.0.5:9876",
+        "--name-server-timeout=1.5",
+    ]
+
+
+def test_the_operator_accepts_the_rendered_arguments(helm: Path) -> None:
+    docs = render(
+        helm,
+        "--set", "operator.replicas=2",
+        "--set", "operator.leaderElection.shards=3",
+        "--set", "operator.nameServer.addresses={ns-0:9876,ns-1:9876}",
+        "--set", "operator.nameServer.timeoutSeconds=5",
+    )  # fmt: skip
+    _, container = _operator_container(docs)
+    command, *args = container["args"]
+    assert command == "operator"
+    # The kubelet expands $(POD_NAMESPACE); the operator's own parser then checks every flag.
+    config = parse_args([a.replace("$(POD_NAMESPACE)", "mq-system") for a in args])
+    assert config.leader_election == "mq-mqbalance-operator"
+    assert config.lease_namespace == "mq-system"
+    assert config.shards == 3
+    assert config.name_server == "ns-0:9876;ns-1:9876"
+    assert config.name_server_timeout == 5
+
+
 def test_leader_election_can_be_renamed_or_turned_off(helm: Path) -> None:
     docs = render(
         helm,
@@ -186,6 +262,25 @@ def test_values_schema_rejects_bad_values(helm: Path) -> None:
         (["--set", "operator.leaderElection.leaseDuration=2"], "operator.leaderElection.leaseDuration"),
         (["--set", "operator.leaderElection.leaseName=Not_A_Name"], "operator.leaderElection.leaseName"),
         (["--set", "sidecar.faultTable=6x"], "sidecar.faultTable"),
+        (["--set", "operator.leaderElection.shards=0"], "operator.leaderElection.shards"),
+        (["--set", "operator.leaderElection.shards=1025"], "operator.leaderElection.shards"),
+        (
+            [
+                "--set",
+                "operator.leaderElection.shards=2",
+                "--set",
+                f"operator.leaderElection.leaseName={'a' * 230}",
+            ],
+            "operator.leaderElection.leaseName",
+        ),
+        # One address per item: RocketMQ's "a:9876;b:9876" form is what the chart renders, not what it takes.
+        (["--set", "operator.nameServer.addresses={a:9876;b:9876}"], "operator.nameServer.addresses.0"),
+        (["--set", "operator.nameServer.addresses={ns-0:9876,rocketmq}"], "operator.nameServer.addresses.1"),
+        (["--set", "operator.nameServer.addresses={ns-0:0}"], "operator.nameServer.addresses.0"),
+        (["--set", "operator.nameServer.addresses={ns-0:65536}"], "operator.nameServer.addresses.0"),
+        (["--set", "operator.nameServer.addresses={ns-0:9876,ns-0:9876}"], "operator.nameServer.addresses"),
+        (["--set", "operator.nameServer.timeoutSeconds=0"], "operator.nameServer.timeoutSeconds"),
+        (["--set", "operator.nameServer.timeoutSeconds=61"], "operator.nameServer.timeoutSeconds"),
         (["--set", "operator.replica=1"], "replica"),
     ]:
         result = run_helm(helm, "template", "mq", str(CHART), *args, check=False)
