@@ -247,13 +247,14 @@ def _sweep_stale_dirs() -> None:
 
 def _die_with_parent() -> None:
     # Runs in the child before exec: if the Python process is killed outright (SIGKILL, CI
-    # timeout) the kernel sends SIGTERM to the component, so nothing is left behind. Linux
-    # ties this to the thread that started the child, which is why start() is documented as
-    # belonging to a long-lived thread.
+    # timeout) the kernel kills the component too, so nothing is left behind. SIGKILL, not
+    # SIGTERM: with no owner left nobody waits for a graceful stop, and a current kube-apiserver
+    # takes a minute over one. Linux ties this to the thread that started the child, which is
+    # why start() is documented as belonging to a long-lived thread.
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 class _Component:

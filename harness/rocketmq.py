@@ -163,7 +163,7 @@ class _JavaProcess(_Component):
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
-                # SIGTERM when the starting thread dies, even by SIGKILL: no JVM left behind. Start
+                # SIGKILL when the starting thread dies, even by SIGKILL: no JVM left behind. Start
                 # RocketMQ from a thread that outlives it (normally the main thread).
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )

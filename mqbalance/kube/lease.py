@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -166,15 +166,33 @@ class LeaseLock:
 
 
 class LeaseElector:
-    """Leader election over one :class:`LeaseLock`."""
+    """Leader election over one :class:`LeaseLock`.
 
-    def __init__(self, lock: LeaseLock) -> None:
+    ``blocked`` (optional) says why this candidate must not lead even with the Lease free (other
+    replicas that coordinate differently are live), or "" when it may.
+    """
+
+    def __init__(self, lock: LeaseLock, blocked: Callable[[], Awaitable[str]] | None = None) -> None:
         self.lock = lock
+        self.blocked = blocked
+
+    async def _why_not(self) -> str:
+        return await self.blocked() if self.blocked is not None else ""
 
     async def acquire(self) -> None:
         """Return once this candidate holds the Lease."""
         announced = False
-        while not await self.lock.try_hold():
+        said = ""
+        while True:
+            why = await self._why_not()
+            if why:
+                if why != said:
+                    logger.error("standing by: %s", why)
+                    said = why
+                await asyncio.sleep(self.lock.duration / 3)
+                continue
+            if await self.lock.try_hold():
+                break
             if not announced:
                 logger.info(
                     "standing by: lease %s/%s is held by %s",
@@ -187,9 +205,14 @@ class LeaseElector:
         logger.info("holding lease %s/%s as %s", self.lock.namespace, self.lock.name, self.lock.identity)
 
     async def hold(self) -> None:
-        """Renew until the Lease is lost (then return)."""
+        """Renew until the Lease is lost, or leading becomes blocked (then return)."""
         while True:
             await asyncio.sleep(self.lock.duration / 3)
+            why = await self._why_not()
+            if why:
+                logger.error("giving up lease %s/%s: %s", self.lock.namespace, self.lock.name, why)
+                await self.lock.release()
+                return
             await self.lock.try_hold()
             if not self.lock.held:
                 logger.error(

@@ -29,7 +29,7 @@ from mqbalance.operator.membership import pod_info
 from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.settings import OperatorConfig
-from mqbalance.operator.shards import Shards, run_shards, shard_of
+from mqbalance.operator.shards import Shards, ShardSetCheck, run_shards, shard_of
 from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
@@ -113,7 +113,8 @@ class Runtime:
                 default_identity(),
                 config.lease_duration,
             )
-            elector = LeaseElector(self._lock)
+            check = ShardSetCheck(client, config.lease_namespace, config.leader_election)
+            elector = LeaseElector(self._lock, check)
             await elector.acquire()
             self.standby = False
         informers = create_informers(client, controller, config)
@@ -138,6 +139,8 @@ class Runtime:
         if self._shards is not None:
             health["shards"] = sorted(self._shards.owned)
             health["members"] = list(self._shards.members)
+            if self._shards.conflict:
+                health["waiting"] = self._shards.conflict
         return health
 
     async def stop(self) -> None:

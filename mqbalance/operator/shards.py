@@ -26,6 +26,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 from mqbalance.kube import ApiError, KubeClient, LeaseLock, parse_micro_time
@@ -35,6 +36,9 @@ logger = logging.getLogger("mqbalance.operator.shards")
 SHARD_SET_LABEL = "mqbalance.io/shard-set"
 ROLE_LABEL = "mqbalance.io/shard-role"
 """``shard`` or ``member``: one listing of the set's Leases tells members and shard holders apart."""
+COUNT_LABEL = "mqbalance.io/shard-count"
+"""On member Leases: the replica's --shards. Replicas that disagree would hash a group into
+different shard Leases and both work on it, so only the count of the longest-running member works."""
 
 
 def shard_of(namespace: str, name: str, count: int) -> int:
@@ -90,7 +94,7 @@ class Shards:
             duration,
             monotonic=monotonic,
             wall=wall,
-            labels={SHARD_SET_LABEL: prefix, ROLE_LABEL: "member"},
+            labels={SHARD_SET_LABEL: prefix, ROLE_LABEL: "member", COUNT_LABEL: str(count)},
         )
         self.owned: frozenset[int] = frozenset()
         """Shards this replica may work on now."""
@@ -99,6 +103,8 @@ class Shards:
         self._seen: dict[str, tuple[object, float]] = {}
         self._refused: set[int] = set()
         self._announcing = True
+        self.conflict = ""
+        """Why this replica works on nothing now (another shard count or a single leader is live)."""
         """Shards of ours that work was refused on since the last step (their Lease was not held)."""
 
     def owns(self, namespace: str, name: str) -> bool:
@@ -136,7 +142,7 @@ class Shards:
             # the first one taking them all and handing most over a step later.
             self._announcing = False
             return frozenset(), frozenset()
-        wanted = self.plan(self.members)
+        wanted = frozenset() if self.conflict else self.plan(self.members)
         owned = set()
         for shard, lock in enumerate(self.locks):
             if shard in wanted:
@@ -172,27 +178,32 @@ class Shards:
         await self.member.delete()
 
     async def _live_members(self) -> tuple[str, ...]:
-        """Replicas whose member Lease was renewed within one duration, and this one.
+        """Replicas of our shard count whose member Lease was renewed within one duration, and this
+        one; sets :attr:`conflict` when replicas of another configuration are live.
 
-        A member Lease seen before counts while it changed within one duration by our clock; one
-        seen for the first time (a replica that just started knows nobody's history) by its
-        renewTime on the holder's clock, which skew can only make err for a step or two: who is
-        a member decides the plan, never who holds a shard. The same listing keeps every shard
-        Lease's expiry clock going, so a dead replica's shards are taken one duration after its
-        last renewal, and member Leases dead for ten durations are deleted.
+        A Lease seen before counts while it changed within one duration by our clock; one seen
+        for the first time (a replica that just started knows nobody's history) by its renewTime
+        on the holder's clock, which skew can only make err for a step or two: who is a member
+        decides the plan, never who holds a shard. The same listing keeps every shard Lease's
+        expiry clock going, so a dead replica's shards are taken one duration after its last
+        renewal, and member Leases dead for ten durations are deleted.
         """
         path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.namespace, safe='')}/leases"
         try:
             listing = await self.client.get(path, {"labelSelector": f"{SHARD_SET_LABEL}={self.prefix}"})
+            leader = await self._get_or_none(f"{path}/{quote(self.prefix, safe='')}")
         except ApiError as e:
             logger.warning("listing the shard leases failed: %s; keeping the last members", e)
             return self.members or (self.identity,)
         now, wall = self._monotonic(), self._wall()
         live = {self.identity}
+        joined: list[tuple[str, str, str]] = []  # (acquireTime, identity, shard count) of live members
+        foreign: list[str] = []
         seen: dict[str, tuple[object, float]] = {}
         by_name = {lock.name: lock for lock in self.locks}
-        for item in listing.get("items") or []:
-            name = (item.get("metadata") or {}).get("name", "")
+        for item in [*(listing.get("items") or []), *([leader] if leader else [])]:
+            meta = item.get("metadata") or {}
+            name, labels = meta.get("name", ""), meta.get("labels") or {}
             if name in by_name:
                 by_name[name].observe(item)
                 continue
@@ -206,14 +217,102 @@ class Shards:
                 # A change seen now; one seen for the first time dates from its renewTime.
                 previous = (record, now if previous is not None else now - min(max(age, 0.0), 1e9))
             seen[name] = previous
-            fresh = now - previous[1] <= self.duration
-            if holder and fresh:
-                live.add(str(holder))
+            length = float(spec.get("leaseDurationSeconds") or self.duration)
+            fresh = bool(holder) and now - previous[1] <= max(length, self.duration)
+            if name == self.prefix:
+                if fresh:
+                    foreign.append(
+                        f"the single-leader Lease {name} is held by {holder} (a replica without --shards)"
+                    )
+            elif labels.get(ROLE_LABEL) == "shard":
+                if fresh:  # a shard Lease of another shard count: ours are in by_name
+                    foreign.append(f"shard Lease {name} of another shard count is held by {holder}")
+            elif fresh:
+                count = labels.get(COUNT_LABEL, str(self.count))
+                joined.append((str(spec.get("acquireTime") or ""), str(holder), count))
+                if count == str(self.count):  # a replica of another count takes no part in our plan
+                    live.add(str(holder))
             elif age > 10 * self.duration and holder != self.identity:
                 with contextlib.suppress(ApiError):
                     await self.client.delete(f"{path}/{name}")
         self._seen = seen
+        self._judge(sorted(joined), foreign)
         return tuple(sorted(live))
+
+    def _judge(self, joined: list[tuple[str, str, str]], foreign: list[str]) -> None:
+        """Work only with the shard count of the longest-running live member, and only while no
+        Lease of another configuration is held (their holders stop working on it first)."""
+        problem = ""
+        first = joined[0] if joined else None  # (acquireTime, identity, count), oldest first
+        if first is not None and first[2] != str(self.count):
+            problem = (
+                f"replica {first[1]}, the longest-running, has --shards {first[2]} and this one "
+                f"--shards {self.count}; this one waits until every replica has the same count"
+            )
+        elif foreign:
+            problem = "; ".join(foreign) + "; this one waits until it is released or expires"
+        if problem != self.conflict:
+            if problem:
+                logger.error("working on no group: %s", problem)
+            else:
+                logger.info("no other configuration is live any more; taking shards")
+        self.conflict = problem
+
+    async def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self.client.get(path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+
+async def live_shard_set(
+    client: KubeClient, namespace: str, prefix: str, wall: Callable[[], float] = time.time
+) -> str:
+    """Why a single leader of Lease ``prefix`` must not lead: replicas sharding under the same
+    name are live (their Leases renewed within their duration, by the renewTime they wrote);
+    "" when none is, or when the Leases cannot be read now. ApiError 403 when listing Leases is
+    not allowed (a single leader needs only its own Lease)."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    try:
+        listing = await client.get(path, {"labelSelector": f"{SHARD_SET_LABEL}={prefix}"})
+    except ApiError as e:
+        if e.status == 403:
+            raise  # the caller stops asking
+        logger.warning("listing the shard leases failed: %s", e)
+        return ""
+    now = wall()
+    for item in listing.get("items") or []:
+        spec = item.get("spec") or {}
+        renewed = parse_micro_time(spec.get("renewTime"))
+        length = float(spec.get("leaseDurationSeconds") or 15)
+        if spec.get("holderIdentity") and renewed is not None and now - renewed <= length:
+            return (
+                f"replicas with --shards are live under the same name ({item['metadata']['name']} is "
+                f"held by {spec['holderIdentity']}); run every replica with the same --shards"
+            )
+    return ""
+
+
+class ShardSetCheck:
+    """:func:`live_shard_set` for a single leader, switched off for good when listing Leases is
+    forbidden (the Helm chart grants a single leader its own Lease only, and refuses the upgrades
+    that would mix the two)."""
+
+    def __init__(self, client: KubeClient, namespace: str, prefix: str) -> None:
+        self.client, self.namespace, self.prefix = client, namespace, prefix
+        self.enabled = True
+
+    async def __call__(self) -> str:
+        if not self.enabled:
+            return ""
+        try:
+            return await live_shard_set(self.client, self.namespace, self.prefix)
+        except ApiError as e:
+            self.enabled = False
+            logger.info("not checking for sharded replicas under lease %s: %s", self.prefix, e)
+            return ""
 
 
 async def run_shards(

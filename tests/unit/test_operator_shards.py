@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from mqbalance.kube import ApiError, Conflict
-from mqbalance.operator.shards import Shards, member_lease_name, shard_of
+from mqbalance.kube import ApiError, Conflict, LeaseLock
+from mqbalance.operator.shards import Shards, live_shard_set, member_lease_name, shard_of
 
 DURATION = 9.0
+GROUPS = [f"g{i}" for i in range(60)]
 
 
 class LeaseApi:
@@ -62,13 +63,13 @@ class Fleet:
         self.count = count
         self.replicas: dict[str, Shards] = {}
 
-    def add(self, name: str) -> Shards:
+    def add(self, name: str, count: int | None = None) -> Shards:
         shards = Shards(
             self.api,  # type: ignore[arg-type]
             "ns",
             "op",
             name,
-            self.count,
+            count or self.count,
             DURATION,
             monotonic=lambda: self.now,
             wall=lambda: 1_800_000_000.0 + self.now,
@@ -80,13 +81,11 @@ class Fleet:
         """Every running replica steps once, then a third of the duration passes; check safety."""
         for name in running if running is not None else list(self.replicas):
             await self.replicas[name].step(lambda shard: False)
-        holders = Counter(
-            shard
-            for shards in self.replicas.values()
-            for shard in range(self.count)
-            if shards.locks[shard].held and shard in shards.owned
+        # By group: replicas with different counts hold different Leases for the same group.
+        workers = Counter(
+            group for shards in self.replicas.values() for group in GROUPS if shards.owns("ns", group)
         )
-        assert all(n == 1 for n in holders.values()), f"a shard worked on twice: {holders}"
+        assert all(n == 1 for n in workers.values()), f"a group worked on twice: {workers}"
         self.now += DURATION / 3
 
     def owned(self) -> dict[str, list[int]]:
@@ -187,3 +186,52 @@ def test_the_shard_of_a_group_is_stable_and_spread() -> None:
     assert shard_of("shop", "orders", 16) == shard_of("shop", "orders", 16)
     spread = Counter(shard_of("ns", f"g{i}", 8) for i in range(8000))
     assert min(spread.values()) > 900
+
+
+@pytest.mark.asyncio
+async def test_a_replica_with_another_shard_count_works_on_nothing_until_the_others_go() -> None:
+    fleet = Fleet(count=6)
+    a, b = fleet.add("a"), fleet.add("b")
+    for _ in range(2):
+        await fleet.tick()
+    fleet.now += 1.0  # c starts later, with another count (a rolling update changing --shards)
+    c = fleet.add("c", count=4)
+    for _ in range(3):
+        await fleet.tick()
+    assert (sorted(a.owned), sorted(b.owned), sorted(c.owned)) == ([0, 2, 4], [1, 3, 5], [])
+    assert "--shards 6" in c.conflict
+    assert not a.conflict
+    assert not b.conflict
+    await a.stop()
+    await b.stop()
+    fleet.replicas.pop("a")
+    fleet.replicas.pop("b")
+    await fleet.tick()
+    assert sorted(c.owned) == [0, 1, 2, 3]
+    assert not c.conflict
+
+
+@pytest.mark.asyncio
+async def test_sharded_replicas_and_a_single_leader_never_work_at_once() -> None:
+    fleet = Fleet(count=2)
+    leader = LeaseLock(
+        fleet.api,  # type: ignore[arg-type]
+        "ns",
+        "op",
+        "leader",
+        DURATION,
+        monotonic=lambda: fleet.now,
+        wall=lambda: 1_800_000_000.0 + fleet.now,
+    )
+    assert await leader.try_hold()
+    a = fleet.add("a")
+    for _ in range(2):
+        await fleet.tick()
+    assert not a.owned
+    assert "single-leader Lease op" in a.conflict
+    # The leader, for its part, sees the shard set's live members and must not lead.
+    wall = lambda: 1_800_000_000.0 + fleet.now  # noqa: E731
+    assert "run every replica with the same --shards" in await live_shard_set(fleet.api, "ns", "op", wall)  # type: ignore[arg-type]
+    await leader.release()
+    await fleet.tick()
+    assert sorted(a.owned) == [0, 1]

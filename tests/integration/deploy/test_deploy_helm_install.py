@@ -139,15 +139,17 @@ def test_operator_may_hold_its_lease_and_no_other(
     lease = f"leases.coordination.k8s.io/{release}-mqbalance-operator"
     for verb in ("get", "update"):
         assert can_i(cluster, sa, verb, lease, namespace), f"operator cannot {verb} its Lease"
-    # create cannot be narrowed to a name by RBAC: allowed for Leases of the release namespace only.
+    # create cannot be narrowed to a name by RBAC: allowed for Leases of the release namespace only;
+    # list: the look for sharded replicas under the same name.
     assert can_i(cluster, sa, "create", "leases.coordination.k8s.io", namespace)
+    assert can_i(cluster, sa, "list", "leases.coordination.k8s.io", namespace)
     other = "leases.coordination.k8s.io/someone-else"
     forbidden = [
         ("get", other, namespace),
         ("update", other, namespace),
         ("patch", lease, namespace),
         ("delete", lease, namespace),
-        ("list", "leases.coordination.k8s.io", namespace),
+        ("list", "leases.coordination.k8s.io", "default"),
         ("watch", "leases.coordination.k8s.io", namespace),
         ("create", "leases.coordination.k8s.io", "default"),
         ("get", lease, "default"),

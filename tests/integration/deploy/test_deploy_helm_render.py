@@ -115,7 +115,7 @@ def test_leader_election_is_on_by_default_with_a_lease_in_the_release_namespace(
             "resourceNames": ["mq-mqbalance-operator"],
             "verbs": ["get", "update"],
         },
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "list"]},
     ]
     (binding,) = [b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] == name]
     assert binding["roleRef"]["name"] == name
