@@ -60,9 +60,10 @@ public final class E2eConsumer {
         CountDownLatch stopped = new CountDownLatch(1);
         SidecarPushConsumer support = mqbalance;
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            consumer.shutdown(); // persists offsets and unregisters: a clean leave
             if (support != null) {
-                support.close();
+                support.shutdown(); // hands every queue over, then consumer.shutdown(), then releases all
+            } else {
+                consumer.shutdown(); // persists offsets and unregisters: a clean leave
             }
             stopped.countDown();
         }));
