@@ -431,9 +431,16 @@ def create_app(
     app[RECORDER] = recorder
     app[OPENAPI] = load_openapi()
     app.add_routes(routes)
+    # aiohttp waits for running handlers after on_shutdown: long-polls must not hold a stopping
+    # pod until they time out.
+    app.on_shutdown.append(_stop_waiting)
     if source is not None:
         app.cleanup_ctx.append(_run_source(source))
     return app
+
+
+async def _stop_waiting(app: web.Application) -> None:
+    app[STATE].stop_waiting()
 
 
 def _run_source(source: AssignmentSource) -> Callable[[web.Application], AsyncIterator[None]]:
