@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mqbalance.contract import Ack
+from mqbalance.contract import Ack, releases_configmap_name
 from mqbalance.kube import ApiError as KubeApiError
 from mqbalance.model import MessageQueue
 from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector, wall_ms
@@ -358,6 +358,12 @@ async def release(request: web.Request) -> web.Response:
     try:
         await recorder.record(group.resource, ack)
     except KubeApiError as e:
+        if e.status == 404:
+            # The operator creates it before it publishes the first revocation: until then
+            # nothing waits for a release.
+            missing = releases_configmap_name(group.resource)
+            reason = f"no ConfigMap {missing} yet: no revocation awaits a release"
+            return web.json_response({**answer, "recorded": False, "reason": reason})
         raise ApiError(503, f"the release could not be recorded ({e}); try again") from None
     group.wake()
     return web.json_response({**answer, "recorded": True})
