@@ -381,6 +381,13 @@ public final class SidecarPushConsumer implements AutoCloseable {
     public void close() {
         timer.shutdownNow();
         QueuesView view = watcher.current();
+        try {
+            // The newest generation the sidecar serves: the operator may have revoked this pod's
+            // queues (it is terminating) after the watcher's last answer.
+            view = watcher.client().queues(watcher.group());
+        } catch (SidecarException e) {
+            // keep the last answer
+        }
         if (view != null) {
             handover.releaseAll(view.group(), view.generation());
         }
