@@ -93,10 +93,15 @@ def java_classpath() -> str:
 class JavaProgram:
     """One JVM running an e2e program; its output in a log file, 'started' awaited."""
 
+    running: ClassVar[set[JavaProgram]] = set()
+    """Every program started and not yet waited for: :func:`world` kills what is left (an
+    interrupted run; each JVM has a session of its own, so nothing else would)."""
+
     def __init__(self, classpath: str, main: str, args: Sequence[str], log: Path) -> None:
         self.argv = ["java", *_JVM, "-cp", classpath, f"-Drocketmq.client.logRoot={log.parent}", main, *args]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
+        JavaProgram.running.add(self)
 
     def start(self, timeout: float = 120.0, attempts: int = 3) -> None:
         """Start and wait for 'started'. A JVM that exits first is started again: on a loaded
@@ -130,6 +135,7 @@ class JavaProgram:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        JavaProgram.running.discard(self)
 
     def terminate(self, timeout: float = 30.0) -> None:
         """SIGTERM: the JVM's shutdown hook shuts the client down cleanly."""
@@ -228,6 +234,8 @@ def world(workdir: Path | None = None) -> Iterator[World]:
             try:
                 yield w
             finally:
+                for program in list(JavaProgram.running):
+                    program.kill()
                 w.operator.stop()
                 api.close()  # type: ignore[no-untyped-call]
     finally:
@@ -349,7 +357,11 @@ class MqbalanceVariant(Variant):
         consumer = self.world.consumer(
             self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}", self.listener
         )
-        consumer.start()
+        try:
+            consumer.start()
+        except BaseException:
+            sidecar.stop()
+            raise
         # The container is up: its readiness probe passes and the kubelet reports it Ready.
         kubelet.set_pod_ready(self.world.api, NAMESPACE, name, True)
         self.pods[i] = _Pod(name, sidecar, consumer)

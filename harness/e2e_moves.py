@@ -11,7 +11,9 @@ anything new of ``q`` before the new owner does in either path, so the figure is
 waits for its new owner; with the producer keeping every queue supplied, that is the stall its
 keys see.
 
-Moves whose old owner was SIGKILLed are left out (nobody hands anything over), and so are queues
+Moves whose old owner was SIGKILLed are left out (nobody hands anything over), and so are moves
+whose old owner never consumed the queue while it held it (nothing to hand over: an orderly
+consumer given a SIGKILLed one's queue cannot take the broker's lock until it expires), queues
 that come back to their old owner before anyone else took them, and moves outside the time the
 producer sent (members starting before it, leaving after it).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mqbalance.journal import JournalRecord
 
@@ -33,12 +35,17 @@ class Move:
     queue: QueueId
     old: str
     new: str
+    held_from: float
+    """Unix time of the generation that gave the queue to ``old``."""
     taken_at: float
     """Unix time of the generation that took the queue from ``old``."""
     assigned_at: float
     """Unix time of the generation that gave it to ``new`` (``taken_at`` in one step)."""
     first_consumed_at: float | None
     """Unix time of the first consumption by ``new`` at or after ``taken_at``; None if none."""
+    old_consumed: bool = True
+    """Whether ``old`` consumed the queue while it held it (else there was nothing to hand over:
+    e.g. an orderly consumer that never got the broker's lock a SIGKILLed one still held)."""
 
     @property
     def unconsumed_s(self) -> float | None:
@@ -53,6 +60,8 @@ class Move:
 def journal_moves(records: Iterable[JournalRecord], group: str, topic: str) -> list[Move]:
     """The moves of ``topic``'s queues in ``group``'s generations, in order (first consumption unknown)."""
     held: dict[QueueId, str] = {}
+    since: dict[QueueId, float] = {}
+    """When the holder (or the releasing owner) got each queue."""
     pending: dict[QueueId, tuple[str, float]] = {}
     """Queues revoked and not yet assigned: old owner, when revoked."""
     out: list[Move] = []
@@ -71,9 +80,13 @@ def journal_moves(records: Iterable[JournalRecord], group: str, topic: str) -> l
             if before is not None:
                 old, taken = before
                 if old != new:
-                    out.append(Move(q, old, new, taken, r.time, None))
+                    out.append(Move(q, old, new, since.get(q, taken), taken, r.time, None))
+                    since[q] = r.time
             elif q in held and held[q] != new:
-                out.append(Move(q, held[q], new, r.time, r.time, None))
+                out.append(Move(q, held[q], new, since.get(q, r.time), r.time, r.time, None))
+                since[q] = r.time
+            elif q not in held:
+                since[q] = r.time
         held = now
     return out
 
@@ -93,7 +106,9 @@ def with_first_consumption(moves: Sequence[Move], consumed: Iterable[Consumption
     for m in moves:
         times = by_queue_member.get((m.queue, m.new), [])
         first = next((t for t in times if t >= m.taken_at), None)
-        out.append(Move(m.queue, m.old, m.new, m.taken_at, m.assigned_at, first))
+        old_times = by_queue_member.get((m.queue, m.old), [])
+        old_consumed = any(m.held_from <= t <= m.taken_at for t in old_times)
+        out.append(replace(m, first_consumed_at=first, old_consumed=old_consumed))
     return out
 
 
@@ -116,6 +131,7 @@ def figures(
         m
         for m in moves
         if m.old not in killed
+        and m.old_consumed
         and m.unconsumed_s is not None
         and (window is None or window[0] <= m.taken_at <= window[1])
     ]

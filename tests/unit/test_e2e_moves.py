@@ -51,11 +51,13 @@ def test_one_step_and_two_step_moves_and_when_the_new_owner_first_consumed() -> 
         replace(line(5, 122.0, {"x": [Q0]}), group="other"),
     ]
     moves = journal_moves(journal, "g", "t")
-    assert [(m.queue, m.old, m.new, m.taken_at, m.assigned_at) for m in moves] == [
-        (("b", 1), "a", "b", 110.0, 110.0),
-        (("b", 0), "a", "c", 120.0, 121.5),
+    assert [(m.queue, m.old, m.new, m.held_from, m.taken_at, m.assigned_at) for m in moves] == [
+        (("b", 1), "a", "b", 100.0, 110.0, 110.0),
+        (("b", 0), "a", "c", 100.0, 120.0, 121.5),
     ]
     consumed = [
+        (105_000, "b", 1, "a"),  # the old owners consumed what they held
+        (119_000, "b", 0, "a"),
         (109_000, "b", 1, "b"),  # before the move: not counted
         (110_800, "b", 1, "b"),
         (111_000, "b", 1, "b"),
@@ -80,9 +82,22 @@ def test_killed_owners_queues_given_back_and_moves_outside_the_window_do_not_cou
         line(4, 111.0, {"b": [Q0, Q1], "c": []}),
         line(5, 200.0, {"c": [Q0, Q1]}),  # after the producer stopped
     ]
-    consumed = [(105_500, "b", 0, "b"), (200_100, "b", 0, "c"), (200_100, "b", 1, "c")]
+    consumed = [
+        (105_500, "b", 0, "b"),
+        (150_000, "b", 1, "b"),
+        (200_100, "b", 0, "c"),
+        (200_100, "b", 1, "c"),
+    ]
     moves = with_first_consumption(journal_moves(journal, "g", "t"), consumed)
-    assert [(m.old, m.new) for m in moves] == [("a", "b"), ("b", "c"), ("b", "c")]
+    assert [(m.old, m.new, m.held_from) for m in moves] == [
+        ("a", "b", 100.0),
+        ("b", "c", 105.0),
+        ("b", "c", 100.0),
+    ]
     f = figures(moves, killed={"a"}, window=(90.0, 150.0))
     assert f.moves == 0
     assert figures(moves, killed={"a"}).moves == 2
+    # An old owner that never consumed the queue it held had nothing to hand over.
+    idle = with_first_consumption(journal_moves(journal, "g", "t"), consumed[:1] + consumed[2:])
+    assert [m.old_consumed for m in idle] == [False, True, False]
+    assert figures(idle, killed={"a"}).moves == 1

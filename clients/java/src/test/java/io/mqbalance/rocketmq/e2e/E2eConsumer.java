@@ -58,7 +58,13 @@ public final class E2eConsumer {
         } else if (!"rocketmq".equals(mode)) {
             throw new IllegalArgumentException("--mode is mqbalance or rocketmq, not " + mode);
         }
-        consumer.start();
+        try {
+            consumer.start();
+        } catch (Exception e) {
+            // RocketMQ's client threads would keep the JVM alive: exit, so the harness starts it again.
+            e.printStackTrace();
+            System.exit(1);
+        }
 
         CountDownLatch stopped = new CountDownLatch(1);
         SidecarPushConsumer support = mqbalance;
