@@ -1,24 +1,105 @@
-"""End to end with real messages: mqbalance beside RocketMQ's own rebalance, in one run.
+"""End to end with real messages: every way of balancing side by side, in one run.
 
-    python bench/bench_e2e_messages.py --seconds 60 --rate 200 [--variants rocketmq,mqbalance]
+    python bench/bench_e2e_messages.py --seconds 90 --rate 200 [--variants ...] [--rounds 3]
 
 A producer sends keyed messages at a steady rate to a real RocketMQ 5.3.3 (two brokers, 8 queues);
 each variant is a consumer group of Java push consumers that consumes the whole topic while
-members join, one is SIGKILLed, one leaves cleanly and another joins (harness/e2e.py). Prints,
-per variant: messages lost, duplicates, the longest time a queue went unconsumed, per-key order
-violations, and how long the group took to catch up after the producer stopped.
+members join, one is SIGKILLed, one leaves cleanly and another joins (harness/e2e.py): RocketMQ's
+own rebalance, mqbalance in one step, mqbalance with the handover (Release), and the orderly pair
+(RocketMQ's rebalance with orderly consumers, mqbalance with the Orderly handover). Prints, per
+variant: messages lost, duplicates (of rebalances between live members, and after the SIGKILL),
+the longest time a queue went unconsumed, per-key order violations, how long the group took to
+catch up after the producer stopped; and for the mqbalance variants what the handover costs: how
+long each queue that moved between live members went unconsumed (from the generation that took
+it from its old owner to the first consumption by its new owner), beside the one-step path's.
+``--rounds`` repeats the run in the same world, each round with consumer groups of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine, table
-from harness.e2e import SCRIPT, VARIANTS, run, world
+from harness.e2e import SCRIPT, VARIANTS, Score, run, world
+
+ONE_STEP = "mqbalance"
+
+
+def _f(x: float, digits: int = 2) -> str:
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def scores_table(scores: list[Score]) -> str:
+    return table(
+        [
+            "variant",
+            "produced",
+            "consumed",
+            "lost",
+            "duplicates, live rebalances",
+            "duplicates after the SIGKILL",
+            "longest queue gap s",
+            "on queue, from s",
+            "order violations",
+            "caught up s after stop",
+        ],
+        [
+            (
+                s.variant,
+                s.produced,
+                s.consumed,
+                s.lost,
+                s.duplicates - s.duplicates_after_kill,
+                s.duplicates_after_kill,
+                _f(s.longest_gap_s),
+                f"{s.gap_queue}, {_f(s.gap_at_s, 1)}",
+                s.order_violations,
+                _f(s.drained_s, 1),
+            )
+            for s in scores
+        ],
+    )
+
+
+def cost_table(scores: list[Score]) -> str:
+    """How long moving queues went unconsumed, beside the one-step path of the same run."""
+    base = next((s.moves for s in scores if s.variant == ONE_STEP and s.moves), None)
+    rows = []
+    for s in scores:
+        m = s.moves
+        if m is None:
+            continue
+        ratio = m.unconsumed_median_s / base.unconsumed_median_s if base and base.moves else float("nan")
+        ratio_max = m.unconsumed_max_s / base.unconsumed_max_s if base and base.moves else float("nan")
+        rows.append(
+            (
+                s.variant,
+                m.moves,
+                _f(m.waited_median_s),
+                _f(m.unconsumed_median_s),
+                _f(m.unconsumed_max_s),
+                f"{_f(ratio)}x",
+                f"{_f(ratio_max)}x",
+            )
+        )
+    return table(
+        [
+            "variant",
+            "queues moved between live members",
+            "revoked to assigned, median s",
+            "unconsumed, median s",
+            "unconsumed, max s",
+            f"median vs {ONE_STEP}",
+            f"max vs {ONE_STEP}",
+        ],
+        rows,
+    )
 
 
 def main() -> int:
@@ -29,48 +110,34 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=200, help="messages a second")
     parser.add_argument("--keys", type=int, default=64)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=1, help="runs in the same world, one after the other")
     parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")
     args = parser.parse_args()
     print(machine())
+    lost = False
     with world(args.workdir) as w:
-        scores = run(w, args.variants.split(","), seconds=args.seconds, rate=args.rate, keys=args.keys)
-    print()
-    print(
-        "script: members 0, 1, 2 from the start; "
-        + "; ".join(f"{s.at:.0%} {s.action} {s.member}" for s in SCRIPT)
-    )
-    print("each step began and ended (s after the producer started): " + "; ".join(scores[0].events))
-    print()
-    print(
-        table(
-            [
-                "variant",
-                "produced",
-                "consumed",
-                "lost",
-                "duplicates",
-                "longest queue gap s",
-                "on queue, from s",
-                "order violations",
-                "caught up s after stop",
-            ],
-            [
-                (
-                    s.variant,
-                    s.produced,
-                    s.consumed,
-                    s.lost,
-                    s.duplicates,
-                    f"{s.longest_gap_s:.2f}",
-                    f"{s.gap_queue}, {s.gap_at_s:.1f}",
-                    s.order_violations,
-                    f"{s.drained_s:.1f}",
-                )
-                for s in scores
-            ],
-        )
-    )
-    return 1 if any(s.lost for s in scores) else 0
+        for n in range(1, args.rounds + 1):
+            load_before = os.getloadavg()[0]
+            scores = run(
+                w,
+                args.variants.split(","),
+                seconds=args.seconds,
+                rate=args.rate,
+                keys=args.keys,
+                tag="" if n == 1 else f"r{n}",
+            )
+            lost = lost or any(s.lost for s in scores)
+            print()
+            load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+            steps = "; ".join(f"{s.at:.0%} {s.action} {s.member}" for s in SCRIPT)
+            print(f"round {n}: {load}; members 0, 1, 2 from the start; {steps}")
+            print("each step began and ended (s after the producer started): " + "; ".join(scores[0].events))
+            print()
+            print(scores_table(scores))
+            print()
+            print(cost_table(scores))
+            sys.stdout.flush()
+    return 1 if lost else 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,14 @@ Variants (``VARIANTS``):
   assigns the queues (STICKY by default).
 
 - ``mqbalance-handover``: the same with ``spec.handover`` Release (revoke, release, then assign),
-  and pods that terminate before they go, as Kubernetes runs them.
+  and pods that terminate before they go, as Kubernetes runs them;
+- ``rocketmq-orderly``: as ``rocketmq`` with orderly consumers (``MessageListenerOrderly``: one
+  queue at a time, under the broker's lock);
+- ``mqbalance-orderly``: as ``mqbalance-handover`` with ``spec.handover`` Orderly and orderly
+  consumers.
+
+For the mqbalance variants the operator's journal also gives each queue that moved between live
+members, and how long it went unconsumed (``harness.e2e_moves``).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +52,7 @@ from kubernetes import client, config
 
 from harness import kubelet
 from harness.cluster import LocalCluster
+from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
 from harness.processes import OperatorProcess, SidecarProcess
 from harness.rocketmq import RocketMQ
 
@@ -85,10 +93,15 @@ def java_classpath() -> str:
 class JavaProgram:
     """One JVM running an e2e program; its output in a log file, 'started' awaited."""
 
+    running: ClassVar[set[JavaProgram]] = set()
+    """Every program started and not yet waited for: :func:`world` kills what is left (an
+    interrupted run; each JVM has a session of its own, so nothing else would)."""
+
     def __init__(self, classpath: str, main: str, args: Sequence[str], log: Path) -> None:
         self.argv = ["java", *_JVM, "-cp", classpath, f"-Drocketmq.client.logRoot={log.parent}", main, *args]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
+        JavaProgram.running.add(self)
 
     def start(self, timeout: float = 120.0, attempts: int = 3) -> None:
         """Start and wait for 'started'. A JVM that exits first is started again: on a loaded
@@ -122,6 +135,7 @@ class JavaProgram:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        JavaProgram.running.discard(self)
 
     def terminate(self, timeout: float = 30.0) -> None:
         """SIGTERM: the JVM's shutdown hook shuts the client down cleanly."""
@@ -166,10 +180,12 @@ class World:
     classpath: str
     operator: OperatorProcess | None = None
 
-    def consumer(self, group: str, name: str, mode: str, sidecar: str | None = None) -> JavaProgram:
+    def consumer(
+        self, group: str, name: str, mode: str, sidecar: str | None = None, listener: str = "concurrently"
+    ) -> JavaProgram:
         args = [
             "--namesrv", self.mq.namesrv_addr, "--group", group, "--topic", TOPIC, "--mode", mode,
-            "--name", name, "--out", str(self.workdir / f"{group}.{name}.tsv"),
+            "--name", name, "--out", str(self.workdir / f"{group}.{name}.tsv"), "--listener", listener,
         ]  # fmt: skip
         if sidecar is not None:
             args += ["--sidecar", sidecar]
@@ -218,6 +234,8 @@ def world(workdir: Path | None = None) -> Iterator[World]:
             try:
                 yield w
             finally:
+                for program in list(JavaProgram.running):
+                    program.kill()
                 w.operator.stop()
                 api.close()  # type: ignore[no-untyped-call]
     finally:
@@ -236,10 +254,14 @@ class Variant:
     """One way of balancing the group's consumers; members are numbered 0, 1, 2..."""
 
     name: ClassVar[str]
+    listener: ClassVar[str] = "concurrently"
+    """The consumers' message listener: ``concurrently`` or ``orderly``."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, tag: str = "") -> None:
         self.world = world
-        self.group = f"e2e-{self.name}"
+        self.group = f"e2e-{tag}-{self.name}" if tag else f"e2e-{self.name}"
+        self.killed: set[str] = set()
+        """Consumer names (pod names) that were SIGKILLed."""
 
     def setup(self) -> None:
         """Before the first member starts."""
@@ -262,17 +284,18 @@ class RocketMQVariant(Variant):
 
     name = "rocketmq"
 
-    def __init__(self, world: World) -> None:
-        super().__init__(world)
+    def __init__(self, world: World, tag: str = "") -> None:
+        super().__init__(world, tag)
         self.members: dict[int, JavaProgram] = {}
 
     def join(self, i: int) -> None:
-        program = self.world.consumer(self.group, f"c{i}", "rocketmq")
+        program = self.world.consumer(self.group, f"c{i}", "rocketmq", listener=self.listener)
         program.start()
         self.members[i] = program
 
     def kill(self, i: int) -> None:
         self.members.pop(i).kill()
+        self.killed.add(f"c{i}")
 
     def leave(self, i: int) -> None:
         self.members.pop(i).terminate()
@@ -306,8 +329,8 @@ class MqbalanceVariant(Variant):
             "debounceSeconds": 0,
         }
 
-    def __init__(self, world: World) -> None:
-        super().__init__(world)
+    def __init__(self, world: World, tag: str = "") -> None:
+        super().__init__(world, tag)
         self.pods: dict[int, _Pod] = {}
 
     def setup(self) -> None:
@@ -331,8 +354,14 @@ class MqbalanceVariant(Variant):
             error=E2eError,
         )  # fmt: skip
         sidecar.start()
-        consumer = self.world.consumer(self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}")
-        consumer.start()
+        consumer = self.world.consumer(
+            self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}", self.listener
+        )
+        try:
+            consumer.start()
+        except BaseException:
+            sidecar.stop()
+            raise
         # The container is up: its readiness probe passes and the kubelet reports it Ready.
         kubelet.set_pod_ready(self.world.api, NAMESPACE, name, True)
         self.pods[i] = _Pod(name, sidecar, consumer)
@@ -340,6 +369,7 @@ class MqbalanceVariant(Variant):
     def kill(self, i: int) -> None:
         pod = self.pods.pop(i)
         pod.consumer.kill()
+        self.killed.add(pod.name)
         time.sleep(self.kubelet_notice_seconds)
         kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, False)
         pod.sidecar.stop()
@@ -364,12 +394,13 @@ class MqbalanceHandoverVariant(MqbalanceVariant):
     its consumer shuts down and releases everything, and only then goes."""
 
     name = "mqbalance-handover"
+    mode: ClassVar[str] = "Release"
     release_timeout: ClassVar[float] = 30.0
 
     def group_spec(self) -> dict[str, Any]:
         return {
             **super().group_spec(),
-            "handover": {"mode": "Release", "releaseTimeoutSeconds": self.release_timeout},
+            "handover": {"mode": self.mode, "releaseTimeoutSeconds": self.release_timeout},
         }
 
     def leave(self, i: int) -> None:
@@ -381,8 +412,30 @@ class MqbalanceHandoverVariant(MqbalanceVariant):
         kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
 
 
+class RocketMQOrderlyVariant(RocketMQVariant):
+    """RocketMQ's own rebalance with orderly consumers (the broker's lock keeps a queue to one)."""
+
+    name = "rocketmq-orderly"
+    listener = "orderly"
+
+
+class MqbalanceOrderlyVariant(MqbalanceHandoverVariant):
+    """mqbalance with spec.handover Orderly and orderly consumers."""
+
+    name = "mqbalance-orderly"
+    listener = "orderly"
+    mode = "Orderly"
+
+
 VARIANTS: dict[str, type[Variant]] = {
-    v.name: v for v in (RocketMQVariant, MqbalanceVariant, MqbalanceHandoverVariant)
+    v.name: v
+    for v in (
+        RocketMQVariant,
+        MqbalanceVariant,
+        MqbalanceHandoverVariant,
+        RocketMQOrderlyVariant,
+        MqbalanceOrderlyVariant,
+    )
 }
 
 
@@ -421,6 +474,10 @@ class Score:
     order_violations: int
     drained_s: float
     events: list[str] = field(default_factory=list)
+    moves: MoveFigures | None = None
+    """Queues moved between live members and how long they went unconsumed (mqbalance variants)."""
+    duplicates_after_kill: int = 0
+    """Of ``duplicates``, those whose first consumer was SIGKILLed (it had not committed them)."""
 
 
 def run(
@@ -432,14 +489,19 @@ def run(
     keys: int = 64,
     drain_timeout: float = 90.0,
     script: Sequence[Step] = SCRIPT,
+    tag: str = "",
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> list[Score]:
-    """One run: every variant at once, the same producer, the same script."""
+    """One run: every variant at once, the same producer, the same script.
+
+    ``tag`` names the run's consumer groups (``e2e-<tag>-<variant>``), so several runs can share
+    one world without reading each other's records.
+    """
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(VARIANTS)}")
-    active = [VARIANTS[v](w) for v in variants]
-    produced_file = w.workdir / "produced.tsv"
+    active = [VARIANTS[v](w, tag) for v in variants]
+    produced_file = w.workdir / (f"produced-{tag}.tsv" if tag else "produced.tsv")
     events: list[str] = []
     producer: JavaProgram | None = None
     try:
@@ -475,6 +537,7 @@ def run(
         producer.close_stdin()
         producer.wait(60)
         stopped = time.monotonic()
+        stopped_epoch = time.time()
         produced = _read_produced(produced_file)
         log(f"produced {len(produced)} messages; draining")
         scores = []
@@ -495,11 +558,17 @@ def run(
         for v in active:
             with contextlib.suppress(Exception):
                 v.stop_all()
+    journal = w.operator.journal_records() if w.operator is not None else []
     for v in active:
-        records = _read_consumed(w.workdir, v.group)
-        score = score_variant(v.name, produced, records, started_epoch_ms)
+        records = [r for r in _read_consumed(w.workdir, v.group) if (r[1], r[2], r[3]) in produced]
+        score = score_variant(v.name, produced, records, started_epoch_ms, v.killed)
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
+        if isinstance(v, MqbalanceVariant):
+            moved = with_first_consumption(
+                journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
+            )
+            score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch))
         scores.append(score)
     return scores
 
@@ -536,12 +605,21 @@ def score_variant(
     produced: dict[tuple[str, int, int], tuple[str, int]],
     records: Sequence[Record],
     started_epoch_ms: float,
+    killed: Collection[str] = (),
 ) -> Score:
+    """The figures of one variant. Only this run's messages count (a group new to the topic
+    starts from its first offset, so it also consumes what earlier runs sent). A duplicate whose
+    first consumer was SIGKILLed (``killed``) counts as one after a kill, the others as
+    duplicates of rebalances between live members."""
+    records = [r for r in records if (r[1], r[2], r[3]) in produced]
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
-    for _, broker, queue, offset, *_ in records:
+    first_by: dict[tuple[str, int, int], str] = {}
+    for _, broker, queue, offset, *_, member in records:
         seen[(broker, queue, offset)] += 1
+        first_by.setdefault((broker, queue, offset), member)
     lost = sum(1 for key in produced if key not in seen)
-    duplicates = sum(n - 1 for key, n in seen.items() if key in produced)
+    duplicates = sum(n - 1 for n in seen.values())
+    after_kill = sum(n - 1 for key, n in seen.items() if first_by[key] in killed)
     # Order: a key's message consumed for the first time after a later one of the same key.
     highest: dict[str, int] = {}
     first_done: set[tuple[str, int, int]] = set()
@@ -584,4 +662,5 @@ def score_variant(
         gap_at_s=gap_at,
         order_violations=violations,
         drained_s=float("nan"),
+        duplicates_after_kill=after_kill,
     )

@@ -8,7 +8,9 @@ the pod's application says it holds no queue outside a generation's share for it
     {"generation": 12}               # holds nothing outside generation 12's share
     {"generation": 12, "all": true}  # holds nothing at all, and will take nothing (shutting down)
 
-An acknowledgement of generation N releases every queue revoked from the pod in N or before.
+An acknowledgement of generation N releases every queue revoked from the pod in N or before;
+with ``all``, also those revoked in N + 1 (they were the pod's share of N, which it let go of: a
+shutting-down application races the revocation its pod's termination causes).
 ``all`` of the latest generation lets the pod's queues go to their new owners without a
 revocation first (a clean shutdown hands over in one step); it covers nothing granted after
 it, so an application that restarts and takes queues again must acknowledge anew (it should

@@ -102,9 +102,14 @@ def step(
     latest = published.generation if published else 0
 
     def released(owner: str, generation: int) -> bool:
-        """Whether ``owner`` let go of what it held in ``generation``."""
+        """Whether ``owner`` let go of what ``generation`` revoked from it: it acknowledged that
+        generation, or said "all" (holds nothing, takes nothing more) having seen the share the
+        revocation took, that of the generation before (an application shutting down races the
+        revocation its pod's termination causes)."""
         ack = acks.get(owner)
-        return ack is not None and ack.generation >= generation
+        return ack is not None and (
+            ack.generation >= generation or (ack.all and ack.generation >= generation - 1)
+        )
 
     def holds_nothing(owner: str) -> bool:
         """``owner`` said "all" after the latest document: it holds nothing, not even what that

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mqbalance.contract import Ack
+from mqbalance.contract import Ack, releases_configmap_name
 from mqbalance.kube import ApiError as KubeApiError
 from mqbalance.model import MessageQueue
 from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector, wall_ms
@@ -369,6 +369,12 @@ async def release(request: web.Request) -> web.Response:
     try:
         await recorder.record(group.resource, ack)
     except KubeApiError as e:
+        if e.status == 404:
+            # The operator creates it before it publishes the first revocation: until then
+            # nothing waits for a release.
+            missing = releases_configmap_name(group.resource)
+            reason = f"no ConfigMap {missing} yet: no revocation awaits a release"
+            return web.json_response({**answer, "recorded": False, "reason": reason})
         raise ApiError(503, f"the release could not be recorded ({e}); try again") from None
     group.wake()
     return web.json_response({**answer, "recorded": True})
@@ -442,9 +448,16 @@ def create_app(
     app[RECORDER] = recorder
     app[OPENAPI] = load_openapi()
     app.add_routes(routes)
+    # aiohttp waits for running handlers after on_shutdown: long-polls must not hold a stopping
+    # pod until they time out.
+    app.on_shutdown.append(_stop_waiting)
     if source is not None:
         app.cleanup_ctx.append(_run_source(source))
     return app
+
+
+async def _stop_waiting(app: web.Application) -> None:
+    app[STATE].stop_waiting()
 
 
 def _run_source(source: AssignmentSource) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -97,6 +97,7 @@ class GroupState:
         """Long-polls waiting now."""
         self.acked: Ack | None = None
         """The last release acknowledgement this pod's application gave for the group."""
+        self._stopping = False
 
     def publish(self, doc: AssignmentDocument) -> bool:
         """Serve ``doc``; False when it is what is already served (a relist replays it)."""
@@ -134,13 +135,19 @@ class GroupState:
             self._metrics.owned_queues.labels(self.resource).set(0)
             self._wake()
 
+    def stop_waiting(self) -> None:
+        """The sidecar stops: long-polls answer now, and from now on at once, with what is served."""
+        self._stopping = True
+        self._wake()
+
     async def wait_change(self, after: int, timeout: float) -> Served | None:
-        """The served assignment once its generation differs from ``after``, or at ``timeout``."""
+        """The served assignment once its generation differs from ``after``, or at ``timeout``
+        (or at once while the sidecar stops)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             served = self.served
-            if served is not None and served.generation != after:
+            if (served is not None and served.generation != after) or self._stopping:
                 return served
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -170,7 +177,7 @@ class GroupState:
         deadline = loop.time() + timeout
         while not self.drained():
             remaining = deadline - loop.time()
-            if remaining <= 0:
+            if remaining <= 0 or self._stopping:
                 return False
             served = self.served
             await self.wait_change(served.generation if served else -1, remaining)
@@ -288,6 +295,11 @@ class SidecarState:
 
     def missing_groups(self) -> list[str]:
         return [g for g, s in self.groups.items() if s.served is None]
+
+    def stop_waiting(self) -> None:
+        """Answer every long-poll now: the sidecar stops (see :meth:`GroupState.stop_waiting`)."""
+        for group in self.groups.values():
+            group.stop_waiting()
 
     # -- topic routes ------------------------------------------------------------
 

@@ -38,3 +38,19 @@ def test_nothing_wrong() -> None:
     score = score_variant("x", produced, records, START_MS)
     assert (score.lost, score.duplicates, score.order_violations) == (0, 0, 0)
     assert score.longest_gap_s == pytest.approx(0.01)
+
+
+def test_only_this_runs_messages_count_and_duplicates_after_a_kill_are_told_apart() -> None:
+    produced = {("b", 0, i): ("k", i) for i in range(10, 14)}
+    records: list[Record] = [
+        (1_000_000, "b", 0, 3, "k", 40, "c0"),  # an earlier run's message: ignored
+        (1_000_010, "b", 0, 10, "k", 0, "c0"),
+        (1_000_020, "b", 0, 11, "k", 1, "c0"),  # c0 is SIGKILLed before committing 11
+        (1_000_030, "b", 0, 11, "k", 1, "c1"),
+        (1_000_040, "b", 0, 12, "k", 2, "c1"),
+        (1_000_050, "b", 0, 12, "k", 2, "c2"),  # a live rebalance: c1 and c2 both consumed 12
+        (1_000_060, "b", 0, 13, "k", 3, "c2"),
+    ]
+    score = score_variant("x", produced, records, START_MS, killed={"c0"})
+    assert (score.consumed, score.lost, score.order_violations) == (6, 0, 0)
+    assert (score.duplicates, score.duplicates_after_kill) == (2, 1)

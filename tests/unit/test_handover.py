@@ -58,14 +58,17 @@ def test_a_random_history_never_gives_a_queue_to_two_owners(seed: int, mode: Han
 
 
 def simulate(seed: int, mode: HandoverMode) -> None:
-    """Thirty reconciles of a group whose pods join, die, start terminating and release promptly
-    or slowly, checking every published document and what the applications consume."""
+    """Thirty reconciles of a group whose pods join, die, start terminating, shut their
+    application down (saying "all", possibly of the generation before the one just published)
+    and release promptly or slowly, checking every published document and what the
+    applications consume."""
     rng = random.Random(seed)
     spec = HandoverSpec(mode, release_timeout=10.0, broker_lock=25.0)
     alive = set(rng.sample(PODS, 2))
     members = sorted(alive)
     consuming: dict[str, set[MessageQueue]] = {p: set() for p in PODS}  # what each application consumes
     cut: set[tuple[MessageQueue, str]] = set()  # (queue, pod) whose release an override cut short
+    shut: set[str] = set()  # pods whose application shut down: they take nothing any more
     doc: AssignmentDocument | None = None
     acks: dict[str, Ack] = {}
     now = 1000.0
@@ -78,13 +81,23 @@ def simulate(seed: int, mode: HandoverMode) -> None:
             alive.discard(dead)
             consuming[dead] = set()
             acks.pop(dead, None)
+            shut.discard(dead)
         elif event < 0.45 and len(members) > 1:  # a pod starts terminating: no member, still running
             members.remove(rng.choice(members))
+        elif event < 0.55 and len(alive - shut) > 1 and doc is not None:
+            # An application shuts down: it stops everything, commits, and says "all" of the last
+            # generation it saw, which may be the one before the document just published.
+            pod = rng.choice(sorted(alive - shut))
+            shut.add(pod)
+            consuming[pod] = set()
+            seen = doc.generation - 1 if rng.random() < 0.5 and doc.generation > 1 else doc.generation
+            acks[pod] = Ack(seen, all=True)
         now += rng.choice([0.5, 3.0, 12.0, 30.0])
+        ready = sorted(alive - shut)  # a pod whose application is down is not Ready
         members = sorted(
-            set(members) & alive | ({rng.choice(sorted(alive))} if rng.random() < 0.5 else set())
+            set(members) & set(ready) | ({rng.choice(ready)} if ready and rng.random() < 0.5 else set())
         )
-        members = members or [sorted(alive)[0]]
+        members = members or [ready[0] if ready else sorted(alive)[0]]
         previous = with_releasing(doc) if doc else None
         target = {"t": allocate(STICKY, QUEUES, members, previous=previous["t"] if previous else None)}
         generation = (doc.generation if doc else 0) + 1
@@ -109,7 +122,8 @@ def simulate(seed: int, mode: HandoverMode) -> None:
                 )
             if release is not None and release.owner != owner:
                 ack = acks.get(release.owner)
-                released = ack is not None and ack.generation >= release.generation
+                covered = release.generation - 1 if ack is not None and ack.all else release.generation
+                released = ack is not None and ack.generation >= covered
                 if not released and release.owner in alive:
                     assert now >= spec.override_at(release.since), (mq, release, owner, now)
                     cut.add((mq, release.owner))
@@ -118,7 +132,7 @@ def simulate(seed: int, mode: HandoverMode) -> None:
                 if other != owner and mq in queues:
                     assert (mq, other) in cut, (mq, other, owner)
         # The applications follow: each stops what it lost, commits, acknowledges, takes what it got.
-        for pod in sorted(alive):
+        for pod in sorted(alive - shut):
             share = set(new.queues_of(pod)["t"]) if pod in new.members else set()
             if rng.random() < 0.7:  # a prompt application
                 consuming[pod] = share
@@ -200,3 +214,22 @@ def test_a_queue_given_back_to_its_releasing_owner_is_simply_kept() -> None:
     )
     assert result.topics["t"]["a"] == (q,)
     assert (result.releasing, result.overridden, result.released) == ((), 0, 0)
+
+
+def test_an_all_acknowledged_just_before_the_revocation_covers_it() -> None:
+    # a's application shut down and said "all" of generation 1, the last it had seen, while the
+    # operator published generation 2 revoking a's queue (its pod terminating): it holds nothing,
+    # so the queue goes on at once rather than at the timeout.
+    q = QUEUES[0]
+    spec = HandoverSpec(HandoverMode.RELEASE, release_timeout=30.0)
+    revoked = document(2, {"t": {"c": ()}}, (Release("a", 2, 100.0, (q,)),), HandoverMode.RELEASE)
+    target = {"t": {"c": (q,)}}
+    acks = {"a": Ack(1, all=True)}
+    result = step(revoked, target, spec=spec, acks=acks, alive=frozenset("ac"), generation=3, now=101.0)
+    assert result.topics["t"]["c"] == (q,)
+    assert (result.released, result.overridden, result.releasing) == (1, 0, ())
+    # An "all" older than the share the revocation took (a may have been given q after it) does not.
+    later = document(3, {"t": {"c": ()}}, (Release("a", 3, 100.0, (q,)),), HandoverMode.RELEASE)
+    result = step(later, target, spec=spec, acks=acks, alive=frozenset("ac"), generation=4, now=101.0)
+    assert result.topics["t"]["c"] == ()
+    assert result.releasing == (Release("a", 3, 100.0, (q,)),)

@@ -52,6 +52,8 @@ class GenerationWatcher:
     readable: Mapping[str, Sequence[MessageQueue]] = field(default_factory=dict)
     """Topic name (RocketMQ) -> readable queues; documents are checked against these."""
     seen: dict[str, list[Seen]] = field(default_factory=dict)
+    documents: dict[str, list[AssignmentDocument]] = field(default_factory=dict)
+    """Group -> every distinct document seen, in order (for checks across generations)."""
     problems: list[str] = field(default_factory=list)
     reconnects: int = 0
     _versions: set[str] = field(default_factory=set)
@@ -76,6 +78,10 @@ class GenerationWatcher:
     def total(self) -> int:
         with self._lock:
             return sum(len(v) for v in self.seen.values())
+
+    def docs(self, group: str) -> list[AssignmentDocument]:
+        with self._lock:
+            return list(self.documents.get(group, []))
 
     def latest(self, group: str) -> Seen | None:
         with self._lock:
@@ -155,6 +161,7 @@ class GenerationWatcher:
                 # The same document rewritten only for foreign metadata (a test's own writes).
                 return
             annotations = meta.annotations or {}
+            self.documents.setdefault(meta.name.removesuffix("-assignment"), []).append(doc)
             items.append(
                 Seen(
                     meta.name.removesuffix("-assignment"),

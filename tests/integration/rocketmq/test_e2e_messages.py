@@ -1,7 +1,9 @@
-"""Real messages through both ways of balancing, while members join and one is SIGKILLed.
+"""Real messages through the ways of balancing, while members join, leave and are SIGKILLed.
 
-The short form of bench/bench_e2e_messages.py: nothing the broker stored may be lost, by either
-RocketMQ's own rebalance or mqbalance's operator + sidecars + SidecarPushConsumer.
+The short form of bench/bench_e2e_messages.py. Nothing the broker stored may be lost, by
+RocketMQ's own rebalance or by mqbalance's operator + sidecars + SidecarPushConsumer; and with
+the handover on, queues that move between live members (joins, clean leaves) are consumed
+exactly once, and in order with orderly consumers.
 """
 
 from __future__ import annotations
@@ -32,3 +34,30 @@ def test_no_message_is_lost_by_either_variant(e2e_world: World) -> None:
         assert score.gap_queue != "-"
     logs = list(Path(e2e_world.workdir).glob("*.tsv"))
     assert any("e2e-mqbalance" in p.name for p in logs)
+
+
+def test_with_the_handover_moves_between_live_members_consume_each_message_once(e2e_world: World) -> None:
+    script = (Step(0.2, "join", 3), Step(0.45, "leave", 0), Step(0.7, "join", 4))
+    variants = ["mqbalance", "mqbalance-handover", "mqbalance-orderly"]
+    scores = {
+        s.variant: s
+        for s in run(e2e_world, variants, seconds=30, rate=50, keys=16, script=script, tag="live")
+    }
+    produced = scores["mqbalance"].produced
+    assert produced > 1000, f"the producer sent only {produced} messages"
+    for score in scores.values():
+        assert score.lost == 0, f"{score.variant} lost {score.lost} of {produced} messages"
+        # The script moved queues between live members, and their new owners consumed them.
+        assert score.moves is not None
+        assert score.moves.moves > 0, score
+    for variant in ("mqbalance-handover", "mqbalance-orderly"):
+        assert scores[variant].duplicates == 0, f"{variant}: {scores[variant].duplicates} duplicates"
+        moves = scores[variant].moves
+        assert moves is not None
+        assert moves.waited_median_s > 0, f"{variant}: no queue waited for a release: {moves}"
+    assert scores["mqbalance-orderly"].order_violations == 0
+    # Every revoked queue was released by its owner, none given away at the timeout.
+    operator = e2e_world.operator
+    assert operator is not None
+    assert operator.metric("mqbalance_handover_assigned_queues_total", outcome="overridden") == 0
+    assert operator.metric("mqbalance_handover_assigned_queues_total", outcome="released") > 0

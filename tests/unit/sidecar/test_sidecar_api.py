@@ -157,6 +157,24 @@ async def test_republishing_the_same_generation_does_not_wake_a_long_poll(make_c
     assert (await resp.json())["generation"] == 5
 
 
+async def test_shutting_down_answers_waiting_long_polls_at_once(make_client: Factory) -> None:
+    # A stopping sidecar (SIGTERM: aiohttp's on_shutdown, then it waits for handlers) must not keep
+    # its pod alive until every long-poll times out (up to --max-wait).
+    client = await make_client(max_wait=30.0)
+    state = state_of(client)
+    state.publish("orders", document(4))
+    poll = asyncio.create_task(client.get("/v1/queues?after=4&timeout=30"))
+    while state.groups["orders"].waiting < 1:
+        await asyncio.sleep(0.01)
+    await client.app.shutdown()
+    resp = await asyncio.wait_for(poll, 2)
+    assert resp.status == 200
+    assert (await resp.json())["generation"] == 4
+    # Requests that still come in answer at once too.
+    resp = await asyncio.wait_for(client.get("/v1/queues?after=4&timeout=30"), 2)
+    assert (await resp.json())["generation"] == 4
+
+
 async def test_long_poll_for_the_first_assignment(make_client: Factory) -> None:
     client = await make_client()
     state = state_of(client)

@@ -32,10 +32,13 @@ class Recorder:
     def __init__(self) -> None:
         self.acks: list[tuple[str, Ack]] = []
         self.fail = False
+        self.missing = False
 
     async def record(self, group: str, ack: Ack) -> None:
         if self.fail:
             raise ApiError(503, "the API server is restarting")
+        if self.missing:
+            raise ApiError(404, f'configmaps "{group}-releases" not found', "NotFound")
         self.acks.append((group, ack))
 
 
@@ -90,6 +93,25 @@ async def test_a_release_is_recorded_for_the_operator(aiohttp_client: AiohttpCli
     assert "try again" in (await resp.json())["error"]
     for bad in ({}, {"generation": "4"}, {"generation": 4, "every": True}, {"generation": -1}):
         assert (await client.post("/v1/release", json=bad)).status == 400, bad
+
+
+async def test_a_release_before_any_revocation_needs_no_releases_configmap(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    # The operator creates <group>-releases before it publishes the first revocation, so while it
+    # does not exist nothing waits for a release: the application's first acknowledgement (at
+    # start) is answered, not refused with a 503 it would retry until the group's first move.
+    recorder = Recorder()
+    recorder.missing = True
+    client = await client_with(aiohttp_client, recorder)
+    state = state_of(client)
+    state.publish("orders", replace(document(2), handover="Release"))
+    resp = await client.post("/v1/release", json={"generation": 2})
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    assert answer["recorded"] is False
+    assert "orders-releases" in answer["reason"]
+    assert recorder.acks == []
 
 
 async def test_a_release_without_a_handover_is_harmless(aiohttp_client: AiohttpClient) -> None:

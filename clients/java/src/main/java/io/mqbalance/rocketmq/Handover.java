@@ -15,6 +15,7 @@ public final class Handover {
     private volatile boolean supported = true;
     private volatile long released = -1;
     private volatile int failures;
+    private long warnedAt;
 
     public Handover(SidecarClient client) {
         this.client = client;
@@ -51,11 +52,22 @@ public final class Handover {
                     client.baseUri());
                 return true;
             }
+            if (warnedAt != 0) {
+                LOG.log(Level.INFO, "release of generation {0} recorded after {1} failed attempt(s)", generation,
+                    failures);
+                warnedAt = 0;
+            }
             released = generation;
             return true;
         } catch (SidecarException e) {
             failures++;
-            LOG.log(Level.WARNING, "release of generation {0} failed (will retry): {1}", generation, e.getMessage());
+            // Callers retry every fraction of a second: say it once, then every 30 s.
+            long now = System.nanoTime();
+            if (warnedAt == 0 || now - warnedAt > 30_000_000_000L) {
+                LOG.log(Level.WARNING, "release of generation {0} failed (will retry): {1}", generation,
+                    e.getMessage());
+                warnedAt = now == 0 ? 1 : now;
+            }
             return false;
         }
     }

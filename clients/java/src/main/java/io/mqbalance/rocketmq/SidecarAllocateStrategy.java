@@ -35,6 +35,15 @@ public class SidecarAllocateStrategy implements AllocateMessageQueueStrategy {
     private final AllocateMessageQueueStrategy fallback;
     private final Map<String, Long> allocatedGeneration = new ConcurrentHashMap<>();
     private final Set<String> warnedTopics = ConcurrentHashMap.newKeySet();
+    private volatile Adjuster adjuster = (topic, queues) -> queues;
+
+    /**
+     * Sees and may narrow what {@code allocate} returns for a topic of the assignment, before the
+     * rebalance applies it ({@link SidecarPushConsumer} holds queues back while they are handed over).
+     */
+    interface Adjuster {
+        List<MessageQueue> adjust(String topic, List<MessageQueue> allocated);
+    }
 
     public SidecarAllocateStrategy(SidecarWatcher watcher) {
         this(watcher, new AllocateMessageQueueAveragely());
@@ -65,8 +74,9 @@ public class SidecarAllocateStrategy implements AllocateMessageQueueStrategy {
                     + "add it to the ConsumerGroup''s topics; consuming none of its queues", topic, view.group(),
                     view.generation());
             }
+            List<MessageQueue> none = adjuster.adjust(topic, Collections.emptyList());
             allocatedGeneration.put(topic, view.generation());
-            return Collections.emptyList();
+            return none;
         }
         Set<MessageQueue> mine = view.queuesOf(topic);
         List<MessageQueue> result = new ArrayList<>(mine.size());
@@ -75,8 +85,13 @@ public class SidecarAllocateStrategy implements AllocateMessageQueueStrategy {
                 result.add(mq);
             }
         }
+        result = adjuster.adjust(topic, result);
         allocatedGeneration.put(topic, view.generation());
         return result;
+    }
+
+    void setAdjuster(Adjuster adjuster) {
+        this.adjuster = adjuster;
     }
 
     /** The sidecar generation the last {@code allocate} of {@code topic} followed, or -1. */

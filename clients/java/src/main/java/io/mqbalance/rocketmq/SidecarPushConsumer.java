@@ -1,32 +1,44 @@
 package io.mqbalance.rocketmq;
 
 import java.lang.System.Logger.Level;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentMap;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.MessageListener;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore;
 import org.apache.rocketmq.client.impl.MQClientManager;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
+import org.apache.rocketmq.client.impl.consumer.RebalanceImpl;
 import org.apache.rocketmq.client.impl.factory.MQClientInstance;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * Makes an unchanged {@link DefaultMQPushConsumer} consume exactly the queues the operator
- * assigned to this pod.
+ * assigned to this pod, and hand the queues it loses over at exactly the offset it reached.
  *
  * <pre>{@code
  * DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("orders-consumer");
  * consumer.setNamesrvAddr(...);
  * consumer.subscribe("orders", "*");
- * consumer.registerMessageListener(...);
+ * consumer.registerMessageListener(...);          // before install
  * SidecarPushConsumer mqbalance = SidecarPushConsumer.install(consumer, new SidecarClient(), null);
  * consumer.start();
  * ...
- * consumer.shutdown();
- * mqbalance.close();
+ * mqbalance.shutdown();                          // hands everything over, shuts the consumer down
  * }</pre>
  *
  * <p>What it does: sets {@link SidecarAllocateStrategy}; follows the sidecar's long-poll and
@@ -35,17 +47,37 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * dropped queues synchronously ({@link SyncOffsetStore}); and, once the consumer holds no queue
  * beyond the new generation, acknowledges the release to the sidecar ({@link Handover}).
  *
+ * <p>A queue it loses is released only once it is fully handed over: RocketMQ has dropped its
+ * process queue (no more pulls, no new listener calls), every listener call on it has returned,
+ * and the offset those calls reached is stored on the broker. RocketMQ alone would store the
+ * offset from before the calls in flight, so their messages would be consumed again by the new
+ * owner ({@link ConsumeTracker} explains how the offset is found). This needs the message
+ * listener registered before {@code install} (it is wrapped to watch the calls) and a clustering
+ * consumer; without them the queue is released once dropped, with RocketMQ's offset.
+ *
  * <p>Call {@code install} before {@code consumer.start()}. Clustering consumers only for the
  * offset store; broadcasting consumers just get the strategy and the prompt rebalance.
  */
 public final class SidecarPushConsumer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(SidecarPushConsumer.class.getName());
+    /** How long {@link #shutdown()} waits for the queues to be handed over. */
+    public static final Duration DEFAULT_SHUTDOWN_TIMEOUT = Duration.ofSeconds(30);
 
     private final DefaultMQPushConsumer consumer;
     private final SidecarWatcher watcher;
     private final SidecarAllocateStrategy strategy;
     private final Handover handover;
     private final ScheduledExecutorService timer;
+    private final RebalanceImpl rebalance;
+    private final ConcurrentMap<MessageQueue, ProcessQueue> table;
+    /** Queues being handed over: RocketMQ's process queue of each, until its offset is committed. */
+    private final ConcurrentHashMap<MessageQueue, ProcessQueue> settling = new ConcurrentHashMap<>();
+    private final AtomicBoolean shutDown = new AtomicBoolean();
+    private final AtomicLong handedOver = new AtomicLong();
+    private SyncOffsetStore store;
+    private ConsumeTracker tracker;
+    private boolean orderly;
+    private volatile boolean leaving;
     private volatile long rebalancesTriggered;
 
     private SidecarPushConsumer(DefaultMQPushConsumer consumer, SidecarWatcher watcher) {
@@ -53,6 +85,8 @@ public final class SidecarPushConsumer implements AutoCloseable {
         this.watcher = watcher;
         this.strategy = new SidecarAllocateStrategy(watcher);
         this.handover = new Handover(watcher.client());
+        this.rebalance = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl();
+        this.table = rebalance.getProcessQueueTable();
         this.timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "mqbalance-push-handover");
             t.setDaemon(true);
@@ -61,8 +95,9 @@ public final class SidecarPushConsumer implements AutoCloseable {
     }
 
     /**
-     * Install on {@code consumer} (not yet started). {@code sidecarGroup} names the ConsumerGroup
-     * resource when the sidecar serves several; null otherwise.
+     * Install on {@code consumer} (not yet started, its message listener registered).
+     * {@code sidecarGroup} names the ConsumerGroup resource when the sidecar serves several; null
+     * otherwise.
      */
     public static SidecarPushConsumer install(DefaultMQPushConsumer consumer, SidecarClient sidecar,
         String sidecarGroup) {
@@ -76,8 +111,11 @@ public final class SidecarPushConsumer implements AutoCloseable {
             RemoteBrokerOffsetStore remote = new RemoteBrokerOffsetStore(instance, consumer.getConsumerGroup());
             // Checked on the handover thread: removeOffset runs inside RocketMQ's rebalance, which
             // must not wait on an HTTP request to the sidecar.
-            consumer.setOffsetStore(new SyncOffsetStore(remote, mq -> support.checkSettledLater()));
+            support.store = new SyncOffsetStore(remote, mq -> support.checkSettledLater());
+            consumer.setOffsetStore(support.store);
+            support.track();
         }
+        support.strategy.setAdjuster(support::adjust);
         watcher.onChange(view -> {
             support.triggerRebalance();
             support.checkSettled();
@@ -87,6 +125,27 @@ public final class SidecarPushConsumer implements AutoCloseable {
         // dropped on a later rebalance): look again, and nudge the rebalance, until it is done.
         support.timer.scheduleWithFixedDelay(support::checkSettledOrNudge, 200, 200, TimeUnit.MILLISECONDS);
         return support;
+    }
+
+    /** Wrap the registered listener, so queues are handed over at the offset their calls reached. */
+    private void track() {
+        MessageListener listener = consumer.getMessageListener();
+        ConsumeTracker t = new ConsumeTracker(table, store, mq -> {
+            if (settling.containsKey(mq)) {
+                checkSettledLater();
+            }
+        });
+        if (listener instanceof MessageListenerConcurrently) {
+            consumer.registerMessageListener(t.wrapConcurrently((MessageListenerConcurrently) listener));
+        } else if (listener instanceof MessageListenerOrderly) {
+            consumer.registerMessageListener(t.wrapOrderly((MessageListenerOrderly) listener));
+            orderly = true;
+        } else {
+            LOG.log(Level.WARNING, "no message listener registered before SidecarPushConsumer.install: messages "
+                + "being consumed when a queue moves will be consumed again by its new owner");
+            return;
+        }
+        tracker = t;
     }
 
     // Not naming MessageModel keeps the source compiling against 4.x clients too (the class moved
@@ -112,10 +171,13 @@ public final class SidecarPushConsumer implements AutoCloseable {
         return rebalancesTriggered;
     }
 
+    /** Queues handed over with the offset their consumption reached committed to the broker. */
+    public long handedOver() {
+        return handedOver.get();
+    }
+
     /** The queues the client holds now (its process queue table), retry topics left out. */
     public Set<MessageQueue> heldQueues() {
-        Map<MessageQueue, ProcessQueue> table =
-            consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable();
         Set<MessageQueue> held = new java.util.TreeSet<>();
         for (Map.Entry<MessageQueue, ProcessQueue> e : table.entrySet()) {
             if (!e.getKey().getTopic().startsWith(SidecarAllocateStrategy.RETRY_PREFIX) && !e.getValue().isDropped()) {
@@ -123,6 +185,75 @@ public final class SidecarPushConsumer implements AutoCloseable {
             }
         }
         return held;
+    }
+
+    /** The queues being handed over: dropped, not yet committed. */
+    public Set<MessageQueue> settlingQueues() {
+        return new java.util.TreeSet<>(settling.keySet());
+    }
+
+    /**
+     * In RocketMQ's rebalance thread, between the strategy and the process queue table: queues
+     * being handed over are not taken again before their offset is committed, and the process
+     * queues of those about to be dropped are kept, to hand them over.
+     */
+    private List<MessageQueue> adjust(String topic, List<MessageQueue> allocated) {
+        if (leaving) {
+            allocated = List.of();
+        }
+        if (tracker == null) {
+            return allocated;
+        }
+        List<MessageQueue> out = new ArrayList<>(allocated.size());
+        for (MessageQueue mq : allocated) {
+            if (settling.containsKey(mq)) {
+                continue; // taken again once handed over (then the rebalance is nudged)
+            }
+            ProcessQueue pq = table.get(mq);
+            if (pq == null || pq.isDropped()) {
+                tracker.forget(mq); // RocketMQ makes a new process queue: counts start afresh
+            }
+            out.add(mq);
+        }
+        Set<MessageQueue> keep = new HashSet<>(out);
+        for (Map.Entry<MessageQueue, ProcessQueue> e : table.entrySet()) {
+            MessageQueue mq = e.getKey();
+            if (mq.getTopic().equals(topic) && !keep.contains(mq)) {
+                settling.putIfAbsent(mq, e.getValue());
+            }
+        }
+        return out;
+    }
+
+    /** On the handover thread: commit what each dropped queue's consumption reached, once it can be known. */
+    private void advance() {
+        for (Map.Entry<MessageQueue, ProcessQueue> e : settling.entrySet()) {
+            MessageQueue mq = e.getKey();
+            ProcessQueue pq = e.getValue();
+            if (!pq.isDropped() || table.get(mq) == pq) {
+                continue; // RocketMQ has not let it go yet (persisted, unlocked, removed)
+            }
+            long offset = tracker.finalOffset(mq, pq, orderly, store.lastPersisted(mq));
+            if (offset == ConsumeTracker.RUNNING) {
+                continue; // a listener call on it still runs; it calls back when done
+            }
+            if (offset >= 0 && !store.commit(mq, offset)) {
+                continue; // the broker did not answer: again on the next round
+            }
+            if (orderly) {
+                // RocketMQ 4.x keeps the broker's lock 20 s longer when messages were left cached;
+                // the offset is stored, so the new owner may lock the queue now.
+                rebalance.unlock(mq, false);
+            }
+            tracker.forget(mq);
+            store.forget(mq);
+            settling.remove(mq, pq);
+            handedOver.incrementAndGet();
+            QueuesView view = watcher.current();
+            if (!leaving && view != null && view.queuesOf(mq.getTopic()).contains(mq)) {
+                triggerRebalance(); // given back meanwhile: take it again now
+            }
+        }
     }
 
     private void triggerRebalance() {
@@ -138,6 +269,9 @@ public final class SidecarPushConsumer implements AutoCloseable {
 
     private void checkSettledOrNudge() {
         try {
+            if (!settling.isEmpty()) {
+                advance();
+            }
             QueuesView view = watcher.current();
             if (view == null || !handover.supported() || view.generation() <= handover.releasedGeneration()) {
                 return;
@@ -158,7 +292,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
     private void checkSettledLater() {
         try {
             timer.execute(this::checkSettledOrNudge);
-        } catch (java.util.concurrent.RejectedExecutionException e) {
+        } catch (RejectedExecutionException e) {
             // closed
         }
     }
@@ -172,7 +306,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
         if (!handover.supported() || view.generation() <= handover.releasedGeneration()) {
             return true;
         }
-        Set<String> subscribed = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getSubscriptionInner().keySet();
+        Set<String> subscribed = rebalance.getSubscriptionInner().keySet();
         for (String topic : subscribed) {
             if (topic.startsWith(SidecarAllocateStrategy.RETRY_PREFIX)) {
                 continue;
@@ -180,6 +314,9 @@ public final class SidecarPushConsumer implements AutoCloseable {
             if (strategy.allocatedGeneration(topic) < view.generation()) {
                 return false; // the rebalance has not applied this generation to the topic yet
             }
+        }
+        if (!settling.isEmpty()) {
+            return false; // a dropped queue's offset is not committed yet
         }
         for (MessageQueue mq : heldQueues()) {
             if (!view.queuesOf(mq.getTopic()).contains(mq)) {
@@ -189,14 +326,68 @@ public final class SidecarPushConsumer implements AutoCloseable {
         return handover.release(view.group(), view.generation());
     }
 
+    /** {@link #shutdown(Duration)} with {@link #DEFAULT_SHUTDOWN_TIMEOUT}. */
+    public void shutdown() {
+        shutdown(DEFAULT_SHUTDOWN_TIMEOUT);
+    }
+
     /**
-     * Call after {@code consumer.shutdown()} (which persists the offsets): tells the operator this
-     * pod holds nothing any more, so its queues go to their new owners without waiting.
+     * Leave the group cleanly: let go of every queue as a revocation would (the consumer stops
+     * fetching them, finishes the listener calls under way and commits the offsets they reached),
+     * waiting at most {@code timeout}; then {@code consumer.shutdown()}, and tell the operator this
+     * pod holds nothing any more (its queues go to their new owners without waiting). Use it
+     * instead of {@code consumer.shutdown()}: RocketMQ's own shutdown stores the offsets one-way
+     * while listener calls may still be running, so their messages would be consumed twice.
+     * Calling it again does nothing.
+     */
+    public void shutdown(Duration timeout) {
+        if (!shutDown.compareAndSet(false, true)) {
+            return;
+        }
+        if (consumer.getDefaultMQPushConsumerImpl().getmQClientFactory() != null) {
+            leaving = true;
+            triggerRebalance();
+            long deadline = System.nanoTime() + timeout.toNanos();
+            long nudged = System.nanoTime();
+            while (!heldQueues().isEmpty() || !settling.isEmpty()) {
+                long now = System.nanoTime();
+                if (now > deadline) {
+                    LOG.log(Level.WARNING, "shutdown: queues {0} still held and {1} not handed over after {2}; their "
+                        + "messages in flight may be consumed again", heldQueues(), settlingQueues(), timeout);
+                    break;
+                }
+                if (now - nudged > TimeUnit.SECONDS.toNanos(1)) {
+                    nudged = now;
+                    triggerRebalance();
+                }
+                try {
+                    Thread.sleep(10);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    break;
+                }
+            }
+        }
+        consumer.shutdown();
+        close();
+    }
+
+    /**
+     * Tells the operator this pod holds nothing any more, so its queues go to their new owners
+     * without waiting, and stops following the sidecar. {@link #shutdown()} calls it; call it
+     * yourself only after {@code consumer.shutdown()} if you shut the consumer down on your own.
      */
     @Override
     public void close() {
         timer.shutdownNow();
         QueuesView view = watcher.current();
+        try {
+            // The newest generation the sidecar serves: the operator may have revoked this pod's
+            // queues (it is terminating) after the watcher's last answer.
+            view = watcher.client().queues(watcher.group());
+        } catch (SidecarException e) {
+            // keep the last answer
+        }
         if (view != null) {
             handover.releaseAll(view.group(), view.generation());
         }

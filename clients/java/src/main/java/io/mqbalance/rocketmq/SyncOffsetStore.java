@@ -3,6 +3,7 @@ package io.mqbalance.rocketmq;
 import java.lang.System.Logger.Level;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
 import org.apache.rocketmq.client.consumer.store.OffsetStore;
 import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
@@ -27,6 +28,7 @@ public final class SyncOffsetStore implements OffsetStore {
 
     private final OffsetStore delegate;
     private final Consumer<MessageQueue> onReleased;
+    private final Map<MessageQueue, Long> persisted = new ConcurrentHashMap<>();
 
     public SyncOffsetStore(OffsetStore delegate, Consumer<MessageQueue> onReleased) {
         this.delegate = delegate;
@@ -39,6 +41,12 @@ public final class SyncOffsetStore implements OffsetStore {
         if (offset < 0) {
             return true; // nothing consumed: nothing to write
         }
+        persisted.put(mq, offset);
+        return commit(mq, offset);
+    }
+
+    /** Store {@code offset} as {@code mq}'s consumed offset and wait for the broker; false (logged) on failure. */
+    public boolean commit(MessageQueue mq, long offset) {
         try {
             delegate.updateConsumeOffsetToBroker(mq, offset, false);
             return true;
@@ -48,6 +56,16 @@ public final class SyncOffsetStore implements OffsetStore {
             Thread.currentThread().interrupt();
         }
         return false;
+    }
+
+    /** The offset {@link #persist} last stored for {@code mq} (RocketMQ persists a queue it drops), or -1. */
+    public long lastPersisted(MessageQueue mq) {
+        return persisted.getOrDefault(mq, -1L);
+    }
+
+    /** Forget what was persisted for {@code mq}. */
+    public void forget(MessageQueue mq) {
+        persisted.remove(mq);
     }
 
     @Override

@@ -30,6 +30,10 @@ final class TestEnv {
     static final String GHOST_TOPIC = "it-ghost";
     static final String PUSH_GROUP = "it-push-group";
     static final String PULL_GROUP = "it-pull-group";
+    static final String HANDOVER_TOPIC = "it-handover";
+    static final String HANDOVER_GROUP = "it-handover-group";
+    static final String ORDERLY_TOPIC = "it-handover-orderly";
+    static final String ORDERLY_GROUP = "it-handover-orderly-group";
     static final int QUEUES = 4;
 
     private static TestEnv instance;
@@ -48,8 +52,10 @@ final class TestEnv {
         List<String> argv = new ArrayList<>(List.of(
             Files.isExecutable(python) ? python.toString() : "python3", "-m", "harness.javaenv",
             "--topic", PUSH_TOPIC + ":" + QUEUES, "--topic", PULL_TOPIC + ":" + QUEUES,
-            "--topic", PRODUCE_TOPIC + ":" + QUEUES, "--route-only-topic", GHOST_TOPIC + ":2",
-            "--group", PUSH_GROUP, "--group", PULL_GROUP, "--pods", "p0,p1"));
+            "--topic", PRODUCE_TOPIC + ":" + QUEUES, "--topic", HANDOVER_TOPIC + ":" + QUEUES,
+            "--topic", ORDERLY_TOPIC + ":" + QUEUES, "--route-only-topic", GHOST_TOPIC + ":2",
+            "--group", PUSH_GROUP, "--group", PULL_GROUP, "--group", HANDOVER_GROUP, "--group", ORDERLY_GROUP,
+            "--pods", "p0,p1"));
         ProcessBuilder builder = new ProcessBuilder(argv).directory(repo.toFile())
             .redirectError(ProcessBuilder.Redirect.INHERIT);
         process = builder.start();

@@ -26,7 +26,13 @@ public final class E2eProducer {
         producer.setNamesrvAddr(args.get("namesrv"));
         producer.setInstanceName("e2e-producer");
         producer.setSendMsgTimeout(10_000);
-        producer.start();
+        try {
+            producer.start();
+        } catch (Exception e) {
+            // RocketMQ's client threads would keep the JVM alive: exit, so the harness starts it again.
+            e.printStackTrace();
+            System.exit(1);
+        }
         Thread stdinWatcher = new Thread(() -> {
             try {
                 while (System.in.read() >= 0) {

@@ -1,0 +1,479 @@
+"""Crash safety of the handover (revoke, release, then assign) with real sidecars.
+
+Every pod runs a real sidecar and an application acted out by a thread: it follows its sidecar,
+holds exactly its share and acknowledges each generation (``POST /v1/release``) while the test
+lets it; a leaving one holds nothing and acknowledges with ``all``. The release timeout is 600 s,
+so every handover must complete by a release or because the old owner is gone, never by the
+timeout. Disruptions land between the two steps (after a revocation is published, before the
+assignment): the operator is SIGKILLed, the API server is restarted, an old owner's pod is
+deleted before it acknowledges. Checked throughout: no published document gives a queue to two
+members or holds a revoked one (``GenerationWatcher``); across consecutive generations no queue
+goes straight from a live owner that has not let go to another member; and afterwards every
+queue is owned again, nothing is left releasing, nothing was overridden.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness import kubelet
+from harness.cluster import LocalCluster
+from harness.polling import wait_for
+from harness.processes import OperatorProcess, SidecarProcess
+from mqbalance.contract import AssignmentDocument, decode_acks, releases_configmap_name
+from mqbalance.model import MessageQueue
+from mqbalance.sidecar.client import SidecarError
+from tests.integration.operator_support import apply_group, read_document, status_of
+from tests.integration.reliability.reliability_support import GenerationWatcher, owner_count
+
+GROUP = "handover"
+LABELS = {"app": GROUP}
+SPEC: dict[str, Any] = {
+    "topics": ["orders", "payments"],
+    "strategy": {"name": "STICKY"},
+    "debounceSeconds": 0,
+    "selector": {"matchLabels": LABELS},
+    "handover": {"mode": "Release", "releaseTimeoutSeconds": 600},
+}
+
+
+class App:
+    """A pod's application: follows its sidecar, holds exactly its share, and acknowledges each
+    generation while ``acking`` is set; once ``leaving`` it holds nothing and says ``all``."""
+
+    def __init__(self, pod: str, sidecar: SidecarProcess) -> None:
+        self.pod = pod
+        self.sidecar = sidecar
+        self.acking = threading.Event()
+        self.leaving = False
+        self.acked: tuple[int, bool] = (-1, False)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"app-{pod}", daemon=True)
+
+    def start(self, acking: bool) -> None:
+        if acking:
+            self.acking.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.acking.is_set():
+                try:
+                    generation = int(self.sidecar.client.queues()["generation"])
+                    wanted = (generation, self.leaving)
+                    if wanted != self.acked:
+                        self.sidecar.client.release(generation, all=self.leaving)
+                        self.acked = wanted
+                except SidecarError:
+                    pass  # starting, or the API server is away (503): again shortly
+            self._stop.wait(0.05)
+
+
+@dataclass
+class Fleet:
+    """The group's pods, each with a sidecar and an application."""
+
+    cluster: LocalCluster
+    api: client.ApiClient
+    namespace: str
+    nodes: list[str]
+    logs: Path
+    apps: dict[str, App] = field(default_factory=dict)
+    members: set[str] = field(default_factory=set)
+    """Pods that are Ready and not terminating."""
+    departed: set[str] = field(default_factory=set)
+    """Pods deleted or whose application let go of everything: their queues may move in one step."""
+    acking: bool = True
+    _names: Iterator[int] = field(default_factory=itertools.count)
+
+    def join(self) -> str:
+        name = f"{GROUP}-{next(self._names)}"
+        kubelet.create_pod(self.api, self.namespace, name, LABELS)
+        kubelet.bind_pod(self.api, self.namespace, name, self.nodes[len(self.apps) % len(self.nodes)])
+        sidecar = SidecarProcess(
+            self.cluster.kubeconfig, self.logs / f"sidecar-{name}.log",
+            "--pod-name", name, "--namespace", self.namespace, "--group", GROUP, "--no-topics",
+            metrics=False, env={"MQBALANCE_LOG_LEVEL": "INFO"},
+        )  # fmt: skip
+        sidecar.start()
+        app = App(name, sidecar)
+        app.start(self.acking)
+        self.apps[name] = app
+        kubelet.set_pod_ready(self.api, self.namespace, name, True)
+        self.members.add(name)
+        return name
+
+    def start_leaving(self, name: str) -> None:
+        """The pod is deleted (Terminating: no member any more); its application shuts down."""
+        self.members.discard(name)
+        self.departed.add(name)
+        kubelet.mark_terminating(self.api, self.namespace, name)
+        self.apps[name].leaving = True
+
+    def finish_leaving(self, name: str, *, drained: bool = True) -> None:
+        """The preStop drain returns (``drained``: because the pod handed everything over, not at
+        its timeout), the containers stop, the pod goes."""
+        app = self.apps.pop(name)
+        if drained:
+            assert app.sidecar.client.drain(timeout=30)["drained"] is True, f"{name} did not drain"
+        app.stop()
+        app.sidecar.stop()
+        kubelet.delete_pod(self.api, self.namespace, name, wait=False)
+
+    def kill(self, name: str) -> None:
+        """The node under the pod is lost: nothing acknowledges, the pod is deleted."""
+        self.members.discard(name)
+        self.departed.add(name)
+        app = self.apps.pop(name)
+        app.stop()
+        app.sidecar.kill()
+        kubelet.delete_pod(self.api, self.namespace, name, wait=False)
+
+    def hold_acks(self) -> None:
+        self.acking = False
+        for app in self.apps.values():
+            app.acking.clear()
+
+    def resume_acks(self) -> None:
+        self.acking = True
+        for app in self.apps.values():
+            app.acking.set()
+
+    def stop(self) -> None:
+        for app in self.apps.values():
+            app.stop()
+            app.sidecar.stop()
+
+
+@pytest.fixture
+def fleet(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, nodes: list[str], tmp_path: Path
+) -> Iterator[Fleet]:
+    f = Fleet(cluster, api_client, namespace, nodes, tmp_path)
+    yield f
+    f.stop()
+
+
+def document(api: client.ApiClient, namespace: str) -> AssignmentDocument:
+    doc = read_document(api, namespace, GROUP)
+    assert doc is not None, "no assignment published"
+    return doc
+
+
+def settled(
+    api: client.ApiClient,
+    namespace: str,
+    members: set[str],
+    queues: list[MessageQueue],
+    timeout: float = 60.0,
+) -> AssignmentDocument:
+    """Wait for the document naming exactly ``members``, with nothing releasing and every queue owned."""
+
+    def probe() -> AssignmentDocument | None:
+        doc = read_document(api, namespace, GROUP)
+        if doc is None or set(doc.members) != members or doc.releasing:
+            return None
+        counts = owner_count(doc)
+        return doc if sorted(counts) == sorted(queues) and set(counts.values()) == {1} else None
+
+    return wait_for(f"the handover to settle on {sorted(members)}", probe, timeout)
+
+
+def revocation_after(api: client.ApiClient, namespace: str, generation: int) -> AssignmentDocument:
+    """The first document after ``generation`` that revokes queues (the handover's first step)."""
+
+    def probe() -> AssignmentDocument | None:
+        doc = read_document(api, namespace, GROUP)
+        return doc if doc is not None and doc.generation > generation and doc.releasing else None
+
+    return wait_for(f"a revocation after generation {generation}", probe, 60)
+
+
+def acks_recorded(api: client.ApiClient, namespace: str, doc: AssignmentDocument) -> bool:
+    """Every owner that ``doc`` revoked from has acknowledged it (in the releases ConfigMap)."""
+    cm = client.CoreV1Api(api).read_namespaced_config_map(releases_configmap_name(GROUP), namespace)
+    acks = decode_acks(cm.data)
+    return all(r.owner in acks and acks[r.owner].generation >= r.generation for r in doc.releasing)
+
+
+def wait_acks(api: client.ApiClient, namespace: str, doc: AssignmentDocument) -> None:
+    what = f"the acknowledgements of generation {doc.generation}"
+    wait_for(what, lambda: acks_recorded(api, namespace, doc))
+
+
+def handover_problems(docs: list[AssignmentDocument], departed: set[str]) -> list[str]:
+    """Queues that went straight from one member to another across consecutive generations while
+    the old owner was still running and had not let go of everything."""
+    problems = []
+    for before, after in itertools.pairwise(docs):
+        if after.generation != before.generation + 1:
+            continue  # a generation the watcher missed (a relist): nothing to compare
+        held = {mq: m for a in before.topics.values() for m, qs in a.items() for mq in qs}
+        for assignment in after.topics.values():
+            for member, queues in assignment.items():
+                for mq in queues:
+                    old = held.get(mq)
+                    if old is not None and old != member and old not in departed:
+                        problems.append(
+                            f"generation {after.generation}: {mq} went from {old} to {member} in one step"
+                        )
+    return problems
+
+
+def all_queues(topics: dict[str, list[MessageQueue]]) -> list[MessageQueue]:
+    return [mq for t in SPEC["topics"] for mq in topics[t]]
+
+
+def check_clean(api: client.ApiClient, namespace: str, watcher: GenerationWatcher, fleet: Fleet) -> None:
+    watcher.assert_clean()
+    problems = handover_problems(watcher.docs(GROUP), fleet.departed)
+    assert not problems, "\n".join(problems)
+    handover = status_of(api, namespace, GROUP).get("handover") or {}
+    assert handover.get("overriddenQueues", 0) == 0, f"a release was overridden: {handover}"
+
+
+def change(fleet: Fleet, rng: random.Random) -> tuple[str, str]:
+    """A join, or a clean leave, keeping two to four members."""
+    if len(fleet.members) <= 2 or (len(fleet.members) < 4 and rng.random() < 0.5):
+        return "join", fleet.join()
+    leaving = rng.choice(sorted(fleet.members))
+    fleet.start_leaving(leaving)
+    return "leave", leaving
+
+
+KILL_POINTS = ("before-acks", "after-acks", "while-acking")
+
+
+def operator_kill_rounds(
+    rounds: int,
+    seed: int,
+    api: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> dict[str, int]:
+    rng = random.Random(seed)
+    queues = all_queues(topics)
+    apply_group(api, namespace, GROUP, SPEC)
+    fleet.join()
+    fleet.join()
+    op = start_operator()
+    settled(api, namespace, fleet.members, queues)
+    kills = 0
+    for i in range(rounds):
+        fleet.hold_acks()
+        generation = document(api, namespace).generation
+        what, pod = change(fleet, rng)
+        revoked = revocation_after(api, namespace, generation)
+        # Nobody has released: the operator keeps the revoked queues from everyone.
+        time.sleep(0.5)
+        pending = {mq for r in document(api, namespace).releasing for mq in r.queues}
+        assert pending >= {mq for r in revoked.releasing for mq in r.queues}, "assigned before the release"
+        point = KILL_POINTS[i % len(KILL_POINTS)]
+        if point == "before-acks":
+            op.kill()  # the revocation is out, nobody has acknowledged it
+            frozen = document(api, namespace)
+            fleet.resume_acks()
+            wait_acks(api, namespace, frozen)
+            assert document(api, namespace).generation == frozen.generation, "assigned with no operator"
+        elif point == "after-acks":
+            fleet.resume_acks()
+            wait_acks(api, namespace, revoked)
+            op.kill()  # the assignment may or may not be out
+        else:
+            fleet.resume_acks()
+            time.sleep(rng.uniform(0.0, 0.3))
+            op.kill()
+        kills += 1
+        if what == "leave" and rng.random() < 0.5:
+            # The pod goes while no operator runs (its drain gave up at its timeout).
+            fleet.finish_leaving(pod, drained=False)
+            what = "gone"
+        op = start_operator()
+        settled(api, namespace, fleet.members, queues)
+        if what == "leave":
+            fleet.finish_leaving(pod)
+    op.stop()
+    check_clean(api, namespace, watcher, fleet)
+    return {"kills": kills, "rounds": rounds, "generations_checked": len(watcher.docs(GROUP))}
+
+
+def test_operator_killed_between_revoke_and_assign(
+    api_client: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> None:
+    figures = operator_kill_rounds(6, 5, api_client, namespace, topics, watcher, start_operator, fleet)
+    print("handover operator-kill figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+@pytest.mark.slow
+def test_operator_killed_between_revoke_and_assign_many_times(
+    api_client: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> None:
+    figures = operator_kill_rounds(30, 2025, api_client, namespace, topics, watcher, start_operator, fleet)
+    print("handover operator-kill figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def apiserver_rounds(
+    rounds: int,
+    seed: int,
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> dict[str, int]:
+    rng = random.Random(seed)
+    queues = all_queues(topics)
+    apply_group(api, namespace, GROUP, SPEC)
+    fleet.join()
+    fleet.join()
+    op = start_operator()
+    settled(api, namespace, fleet.members, queues)
+    restarts = 0
+    for i in range(rounds):
+        fleet.hold_acks()
+        generation = document(api, namespace).generation
+        what, pod = change(fleet, rng)
+        revocation_after(api, namespace, generation)
+        # The API server goes away while the applications acknowledge (their sidecars answer
+        # 503 and they retry) and the operator waits for the acknowledgements. (Restarted from
+        # this thread: the API server dies with the thread that started it.)
+        resume = threading.Timer(rng.uniform(0.0, 0.5), fleet.resume_acks)
+        resume.start()
+        cluster.restart_apiserver(kill=i % 2 == 1)
+        resume.join()
+        restarts += 1
+        settled(api, namespace, fleet.members, queues)
+        if what == "leave":
+            fleet.finish_leaving(pod)
+        assert op.alive, f"the operator died:\n{op.tail()}"
+    op.stop()
+    check_clean(api, namespace, watcher, fleet)
+    return {"restarts": restarts, "generations_checked": len(watcher.docs(GROUP))}
+
+
+def test_api_server_restarted_during_a_handover(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> None:
+    figures = apiserver_rounds(2, 3, cluster, api_client, namespace, topics, watcher, start_operator, fleet)
+    print("handover api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+@pytest.mark.slow
+def test_api_server_restarted_during_many_handovers(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> None:
+    figures = apiserver_rounds(10, 31, cluster, api_client, namespace, topics, watcher, start_operator, fleet)
+    print("handover api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def owner_death_rounds(
+    rounds: int,
+    seed: int,
+    api: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> dict[str, int]:
+    rng = random.Random(seed)
+    queues = all_queues(topics)
+    apply_group(api, namespace, GROUP, SPEC)
+    fleet.join()
+    fleet.join()
+    op = start_operator()
+    settled(api, namespace, fleet.members, queues)
+    deaths = 0
+    for i in range(rounds):
+        fleet.hold_acks()
+        generation = document(api, namespace).generation
+        fleet.join()
+        revoked = revocation_after(api, namespace, generation)
+        victim = rng.choice(sorted({r.owner for r in revoked.releasing}))
+        down = i % 2 == 1
+        if down:
+            op.kill()  # the owner dies while no operator runs, too
+        fleet.kill(victim)
+        deaths += 1
+        if down:
+            op = start_operator()
+        # The victim's queues need no release any more; the others' still do.
+        started = time.monotonic()
+        fleet.resume_acks()
+        settled(api, namespace, fleet.members, queues)
+        waited = time.monotonic() - started
+        assert waited < 60, f"the handover took {waited:.0f} s: it waited for the dead owner"
+        if len(fleet.members) > 3:
+            leaving = rng.choice(sorted(fleet.members))
+            fleet.start_leaving(leaving)
+            settled(api, namespace, fleet.members, queues)
+            fleet.finish_leaving(leaving)
+    op.stop()
+    check_clean(api, namespace, watcher, fleet)
+    return {"deaths": deaths, "generations_checked": len(watcher.docs(GROUP))}
+
+
+def test_an_old_owner_that_dies_before_it_releases_needs_no_release(
+    api_client: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> None:
+    figures = owner_death_rounds(2, 8, api_client, namespace, topics, watcher, start_operator, fleet)
+    print("handover owner-death figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+@pytest.mark.slow
+def test_old_owners_that_die_before_they_release_many_times(
+    api_client: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> None:
+    figures = owner_death_rounds(10, 99, api_client, namespace, topics, watcher, start_operator, fleet)
+    print("handover owner-death figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
