@@ -146,7 +146,12 @@ def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
     apps = {pod: sidecars(pod, group) for pod in (leaving, staying)}
     two = published(api, ns, group, lambda d: len(d.members) == 2 and not d.releasing, "two members")
     # (the second pod's arrival was a handover already: nobody here releases anything)
-    overridden = wait_for("the status", lambda: status_of(api, ns, group).get("handover"))["overriddenQueues"]
+    # (the status is written after the ConfigMap: wait for the one that describes it)
+    status = wait_for(
+        "the status of the two-member assignment",
+        lambda: (s := status_of(api, ns, group)).get("assignmentGeneration", 0) >= two.generation and s,
+    )
+    overridden = status["handover"]["overriddenQueues"]
     assert overridden == 4
     assert two.generation >= 2
 
