@@ -207,9 +207,7 @@ def world(workdir: Path | None = None) -> Iterator[World]:
     try:
         with RocketMQ(brokers=BROKERS) as mq, LocalCluster() as cluster:
             mq.create_topic(TOPIC, QUEUES_PER_BROKER)
-            cluster.kubectl("apply", "-f", str(REPO / "crds"))
-            for crd in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
-                cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
             cluster.kubectl("create", "namespace", NAMESPACE)
             topic = {
                 "apiVersion": "mqbalance.io/v1alpha1",

@@ -146,9 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ExitStack() as stack:
             mq = stack.enter_context(RocketMQ(brokers=BROKERS))
             cluster = stack.enter_context(LocalCluster())
-            cluster.kubectl("apply", "-f", str(REPO / "crds"))
-            for crd in ("topics.mqbalance.io", "consumergroups.mqbalance.io"):
-                cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
             cluster.kubectl("create", "namespace", NAMESPACE)
             topics: dict[str, int] = {}
             for spec in args.topic:

@@ -62,9 +62,10 @@ class Case:
         return replace(self, fate=self.legacy_fate, message="", legacy_fate=None)
 
 
-def cel_rejected(where: str, message: str) -> dict[str, str]:
-    """Fields of a case the current server's CEL rules reject and 1.20's operator reports."""
-    return {"fate": "rejected", "where": where, "message": message, "legacy_fate": "invalid:InvalidSpec"}
+def cel_rejected(where: str, message: str, legacy_fate: str = "invalid:InvalidSpec") -> dict[str, str]:
+    """Fields of a case the current server's CEL rules reject and 1.20's operator reports: as the
+    group's InvalidSpec, or for a Topic as InvalidTopic of the probe group that subscribes it."""
+    return {"fate": "rejected", "where": where, "message": message, "legacy_fate": legacy_fate}
 
 
 def base_topic() -> dict[str, Any]:
@@ -221,25 +222,25 @@ def hand_written() -> list[Case]:
             "Topic",
             "no brokers and no nameServer",
             {"topicName": "orders"},
-            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS, "invalid:InvalidTopic"),
         ),
         Case(
             "Topic",
             "a broker without readQueueNums, no nameServer",
             _set(base_topic(), "brokers[0].readQueueNums", ...),
-            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS, "invalid:InvalidTopic"),
         ),
         Case(
             "Topic",
             "a broker with readQueueNums null (dropped, so missing), no nameServer",
             _set(base_topic(), "brokers[0].readQueueNums", None),
-            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS, "invalid:InvalidTopic"),
         ),
         Case(
             "Topic",
             "a broker without writeQueueNums, no nameServer",
             _set(base_topic(), "brokers[1].writeQueueNums", ...),
-            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS),
+            **cel_rejected("spec.brokers", TOPIC_NEEDS_COUNTS, "invalid:InvalidTopic"),
         ),
         Case(
             "ConsumerGroup",
