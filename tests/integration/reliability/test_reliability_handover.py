@@ -246,6 +246,23 @@ def check_clean(api: client.ApiClient, namespace: str, watcher: GenerationWatche
     assert handover.get("overriddenQueues", 0) == 0, f"a release was overridden: {handover}"
 
 
+def begin(
+    api: client.ApiClient,
+    namespace: str,
+    topics: dict[str, list[MessageQueue]],
+    start_operator: Callable[..., OperatorProcess],
+    fleet: Fleet,
+) -> tuple[list[MessageQueue], OperatorProcess]:
+    """The group with two members, settled, and its operator running: every test's start."""
+    queues = all_queues(topics)
+    apply_group(api, namespace, GROUP, SPEC)
+    fleet.join()
+    fleet.join()
+    op = start_operator()
+    settled(api, namespace, fleet.members, queues)
+    return queues, op
+
+
 def change(fleet: Fleet, rng: random.Random) -> tuple[str, str]:
     """A join, or a clean leave, keeping two to four members."""
     if len(fleet.members) <= 2 or (len(fleet.members) < 4 and rng.random() < 0.5):
@@ -269,12 +286,7 @@ def operator_kill_rounds(
     fleet: Fleet,
 ) -> dict[str, int]:
     rng = random.Random(seed)
-    queues = all_queues(topics)
-    apply_group(api, namespace, GROUP, SPEC)
-    fleet.join()
-    fleet.join()
-    op = start_operator()
-    settled(api, namespace, fleet.members, queues)
+    queues, op = begin(api, namespace, topics, start_operator, fleet)
     kills = 0
     for i in range(rounds):
         fleet.hold_acks()
@@ -314,7 +326,13 @@ def operator_kill_rounds(
     return {"kills": kills, "rounds": rounds, "generations_checked": len(watcher.docs(GROUP))}
 
 
+@pytest.mark.parametrize(
+    ("rounds", "seed"),
+    [pytest.param(6, 5, id="default"), pytest.param(30, 2025, marks=pytest.mark.slow, id="long")],
+)
 def test_operator_killed_between_revoke_and_assign(
+    rounds: int,
+    seed: int,
     api_client: client.ApiClient,
     namespace: str,
     topics: dict[str, list[MessageQueue]],
@@ -322,20 +340,9 @@ def test_operator_killed_between_revoke_and_assign(
     start_operator: Callable[..., OperatorProcess],
     fleet: Fleet,
 ) -> None:
-    figures = operator_kill_rounds(6, 5, api_client, namespace, topics, watcher, start_operator, fleet)
-    print("handover operator-kill figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
-
-
-@pytest.mark.slow
-def test_operator_killed_between_revoke_and_assign_many_times(
-    api_client: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> None:
-    figures = operator_kill_rounds(30, 2025, api_client, namespace, topics, watcher, start_operator, fleet)
+    figures = operator_kill_rounds(
+        rounds, seed, api_client, namespace, topics, watcher, start_operator, fleet
+    )
     print("handover operator-kill figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
 
 
@@ -351,12 +358,7 @@ def apiserver_rounds(
     fleet: Fleet,
 ) -> dict[str, int]:
     rng = random.Random(seed)
-    queues = all_queues(topics)
-    apply_group(api, namespace, GROUP, SPEC)
-    fleet.join()
-    fleet.join()
-    op = start_operator()
-    settled(api, namespace, fleet.members, queues)
+    queues, op = begin(api, namespace, topics, start_operator, fleet)
     restarts = 0
     for i in range(rounds):
         fleet.hold_acks()
@@ -380,7 +382,13 @@ def apiserver_rounds(
     return {"restarts": restarts, "generations_checked": len(watcher.docs(GROUP))}
 
 
+@pytest.mark.parametrize(
+    ("rounds", "seed"),
+    [pytest.param(2, 3, id="default"), pytest.param(10, 31, marks=pytest.mark.slow, id="long")],
+)
 def test_api_server_restarted_during_a_handover(
+    rounds: int,
+    seed: int,
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
@@ -389,21 +397,9 @@ def test_api_server_restarted_during_a_handover(
     start_operator: Callable[..., OperatorProcess],
     fleet: Fleet,
 ) -> None:
-    figures = apiserver_rounds(2, 3, cluster, api_client, namespace, topics, watcher, start_operator, fleet)
-    print("handover api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
-
-
-@pytest.mark.slow
-def test_api_server_restarted_during_many_handovers(
-    cluster: LocalCluster,
-    api_client: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> None:
-    figures = apiserver_rounds(10, 31, cluster, api_client, namespace, topics, watcher, start_operator, fleet)
+    figures = apiserver_rounds(
+        rounds, seed, cluster, api_client, namespace, topics, watcher, start_operator, fleet
+    )
     print("handover api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
 
 
@@ -418,12 +414,7 @@ def owner_death_rounds(
     fleet: Fleet,
 ) -> dict[str, int]:
     rng = random.Random(seed)
-    queues = all_queues(topics)
-    apply_group(api, namespace, GROUP, SPEC)
-    fleet.join()
-    fleet.join()
-    op = start_operator()
-    settled(api, namespace, fleet.members, queues)
+    queues, op = begin(api, namespace, topics, start_operator, fleet)
     deaths = 0
     for i in range(rounds):
         fleet.hold_acks()
@@ -454,7 +445,13 @@ def owner_death_rounds(
     return {"deaths": deaths, "generations_checked": len(watcher.docs(GROUP))}
 
 
+@pytest.mark.parametrize(
+    ("rounds", "seed"),
+    [pytest.param(2, 8, id="default"), pytest.param(10, 99, marks=pytest.mark.slow, id="long")],
+)
 def test_an_old_owner_that_dies_before_it_releases_needs_no_release(
+    rounds: int,
+    seed: int,
     api_client: client.ApiClient,
     namespace: str,
     topics: dict[str, list[MessageQueue]],
@@ -462,18 +459,5 @@ def test_an_old_owner_that_dies_before_it_releases_needs_no_release(
     start_operator: Callable[..., OperatorProcess],
     fleet: Fleet,
 ) -> None:
-    figures = owner_death_rounds(2, 8, api_client, namespace, topics, watcher, start_operator, fleet)
-    print("handover owner-death figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
-
-
-@pytest.mark.slow
-def test_old_owners_that_die_before_they_release_many_times(
-    api_client: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> None:
-    figures = owner_death_rounds(10, 99, api_client, namespace, topics, watcher, start_operator, fleet)
+    figures = owner_death_rounds(rounds, seed, api_client, namespace, topics, watcher, start_operator, fleet)
     print("handover owner-death figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
