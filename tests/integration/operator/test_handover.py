@@ -56,6 +56,30 @@ def published(api: client.ApiClient, ns: str, group: str, test: Any, what: str) 
     return wait_for(what, probe, timeout=60)
 
 
+def two_pods_with_release(
+    api: client.ApiClient, ns: str, group: str, zone_nodes: dict[str, str], release_timeout: int
+) -> tuple[dict[str, str], list[str]]:
+    """Topic ``t-<group>``, a STICKY group with the Release handover and two Ready pods ``<group>-0``
+    and ``<group>-1``; the group's pod labels and the zoned nodes, for more pods."""
+    nodes = sorted(n for n, z in zone_nodes.items() if z)
+    apply_topic(api, ns, f"t-{group}", BROKERS)
+    labels = {**LABELS, "group": group}
+    apply_group(
+        api,
+        ns,
+        group,
+        {
+            "topics": [f"t-{group}"],
+            "selector": {"matchLabels": labels},
+            "strategy": {"name": "STICKY"},
+            "debounceSeconds": 0,
+            "handover": {"mode": "Release", "releaseTimeoutSeconds": release_timeout},
+        },
+    )
+    kubelet.start_pods(api, ns, group, 2, labels, nodes)
+    return labels, nodes
+
+
 def test_queues_move_only_after_their_owner_released_them(
     module_api: client.ApiClient,
     module_namespace: str,
@@ -64,22 +88,7 @@ def test_queues_move_only_after_their_owner_released_them(
     sidecars: Any,
 ) -> None:
     ns, api, group = module_namespace, module_api, "release"
-    nodes = sorted(n for n, z in zone_nodes.items() if z)
-    apply_topic(api, ns, "t-release", BROKERS)
-    labels = {**LABELS, "group": group}
-    apply_group(
-        api,
-        ns,
-        group,
-        {
-            "topics": ["t-release"],
-            "selector": {"matchLabels": labels},
-            "strategy": {"name": "STICKY"},
-            "debounceSeconds": 0,
-            "handover": {"mode": "Release", "releaseTimeoutSeconds": 600},
-        },
-    )
-    kubelet.start_pods(api, ns, group, 2, labels, nodes)
+    labels, nodes = two_pods_with_release(api, ns, group, zone_nodes, 600)
     apps = {pod: sidecars(pod, group) for pod in (f"{group}-0", f"{group}-1")}
     first = published(api, ns, group, lambda d: len(d.members) == 2, "two members")
     for sidecar in apps.values():  # each application starts: it holds nothing yet
@@ -126,22 +135,7 @@ def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
     sidecars: Any,
 ) -> None:
     ns, api, group = module_namespace, module_api, "override"
-    nodes = sorted(n for n, z in zone_nodes.items() if z)
-    apply_topic(api, ns, "t-override", BROKERS)
-    labels = {**LABELS, "group": group}
-    apply_group(
-        api,
-        ns,
-        group,
-        {
-            "topics": ["t-override"],
-            "selector": {"matchLabels": labels},
-            "strategy": {"name": "STICKY"},
-            "debounceSeconds": 0,
-            "handover": {"mode": "Release", "releaseTimeoutSeconds": 2},
-        },
-    )
-    kubelet.start_pods(api, ns, group, 2, labels, nodes)
+    labels, nodes = two_pods_with_release(api, ns, group, zone_nodes, 2)
     leaving, staying = f"{group}-0", f"{group}-1"
     apps = {pod: sidecars(pod, group) for pod in (leaving, staying)}
     two = published(api, ns, group, lambda d: len(d.members) == 2 and not d.releasing, "two members")

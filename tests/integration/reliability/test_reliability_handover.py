@@ -272,6 +272,16 @@ def change(fleet: Fleet, rng: random.Random) -> tuple[str, str]:
     return "leave", leaving
 
 
+def change_held(
+    api: client.ApiClient, namespace: str, fleet: Fleet, rng: random.Random
+) -> tuple[str, str, AssignmentDocument]:
+    """With every acknowledgement held, a change (:func:`change`) and the generation revoking for it."""
+    fleet.hold_acks()
+    generation = document(api, namespace).generation
+    what, pod = change(fleet, rng)
+    return what, pod, revocation_after(api, namespace, generation)
+
+
 KILL_POINTS = ("before-acks", "after-acks", "while-acking")
 
 
@@ -289,10 +299,7 @@ def operator_kill_rounds(
     queues, op = begin(api, namespace, topics, start_operator, fleet)
     kills = 0
     for i in range(rounds):
-        fleet.hold_acks()
-        generation = document(api, namespace).generation
-        what, pod = change(fleet, rng)
-        revoked = revocation_after(api, namespace, generation)
+        what, pod, revoked = change_held(api, namespace, fleet, rng)
         # Nobody has released: the operator keeps the revoked queues from everyone.
         time.sleep(0.5)
         pending = {mq for r in document(api, namespace).releasing for mq in r.queues}
@@ -361,10 +368,7 @@ def apiserver_rounds(
     queues, op = begin(api, namespace, topics, start_operator, fleet)
     restarts = 0
     for i in range(rounds):
-        fleet.hold_acks()
-        generation = document(api, namespace).generation
-        what, pod = change(fleet, rng)
-        revocation_after(api, namespace, generation)
+        what, pod, _ = change_held(api, namespace, fleet, rng)
         # The API server goes away while the applications acknowledge (their sidecars answer
         # 503 and they retry) and the operator waits for the acknowledgements. (Restarted from
         # this thread: the API server dies with the thread that started it.)
