@@ -88,10 +88,6 @@ class ConcurrentMapOrder:
         """Bins in the table (0 before the first put)."""
         return len(self._bins)
 
-    def bin_of(self, key: str) -> int:
-        """The bin ``key`` falls in with the current table (or the first one)."""
-        return spread(java_string_hash(key)) & ((len(self._bins) or self._size_ctl) - 1)
-
     def add(self, key: str) -> None:
         """``putIfAbsent`` of a key; a key already present keeps its place (Java returns the old value)."""
         if key in self._hashes:

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,11 +302,6 @@ class SidecarState:
             group.stop_waiting()
 
     # -- topic routes ------------------------------------------------------------
-
-    def replace_routes(self, routes: Mapping[str, TopicRoute]) -> None:
-        """All Topic resources at once (after a list)."""
-        self._topics = {name: RouteEntry.of(name, r) for name, r in routes.items()}
-        self._reindex()
 
     def put_route(self, resource: str, route: TopicRoute) -> None:
         self._topics[resource] = RouteEntry.of(resource, route)
