@@ -151,6 +151,9 @@ class Controller:
     """(namespace, name) -> our ConfigMaps as last seen by the watch."""
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once every cache has been listed completely."""
+    listing: set[str] = field(default_factory=set)
+    """Namespaces whose caches are being listed for the first time (sharding by namespace, where a
+    replica starts watching a namespace when it takes its shard): nothing there is worked on yet."""
     _by_namespace: dict[str, dict[str, GroupState]] = field(default_factory=dict)
     _routes: dict[str, dict[tuple[str, str] | None, set[str]]] = field(default_factory=dict)
     """Namespace -> label pair (None: any) -> names of the groups a pod carrying it may concern."""
@@ -191,7 +194,7 @@ class Controller:
             self.pods.put(namespace, new)
         else:
             self.pods.remove(namespace, name)
-        if not self.synced.is_set():
+        if not self._settled(namespace):
             return  # no group has reconciled yet: the first reconciles see every pod anyway
         # Each version alone: a pod can start matching because a label went away (DoesNotExist,
         # NotIn), which the union of its old and new labels would hide.
@@ -245,7 +248,7 @@ class Controller:
             del self._topic_specs[namespace]
         if not routes:
             del self._topic_routes[namespace]
-        if not self.synced.is_set():
+        if not self._settled(namespace):
             return  # before the first listing is whole, no group has run
         if old is not None and new is not None and _route_source(old) == _route_source(new):
             return  # the rest of its status concerns no group
@@ -298,6 +301,32 @@ class Controller:
     def _in_namespace(self, namespace: str) -> list[GroupState]:
         return list(self._by_namespace.get(namespace, {}).values())
 
+    def _settled(self, namespace: str) -> bool:
+        """Whether the namespace's caches are whole: changes there may concern groups that ran."""
+        return self.synced.is_set() and namespace not in self.listing
+
+    def listed(self, namespace: str) -> None:
+        """The namespace's caches are whole: work on all of it."""
+        self.listing.discard(namespace)
+        self.resync(lambda ns, _: ns == namespace)
+
+    def forget_namespace(self, namespace: str) -> None:
+        """Drop everything kept of ``namespace``, which this replica no longer watches (its
+        groups' ConfigMaps stay as they are, for the replica that watches it now)."""
+        self.listing.discard(namespace)
+        for name in self._by_namespace.pop(namespace, {}):
+            del self.groups[(namespace, name)]
+            self.queue.forget(("group", namespace, name))
+        self._routes.pop(namespace, None)
+        for key in [key for key in self.topics if key[0] == namespace]:
+            del self.topics[key]
+            self.queue.forget(("topic", *key))
+        self._topic_specs.pop(namespace, None)
+        self._topic_routes.pop(namespace, None)
+        self.pods.forget(namespace)
+        for key in [key for key in self.configmaps if key[0] == namespace]:
+            del self.configmaps[key]
+
     def resync(self, selects: Callable[[str, str], bool] | None = None) -> None:
         """Queue every group and Topic (that ``selects`` picks): after a shard is taken over."""
         for (namespace, name), state in self.groups.items():
@@ -325,7 +354,7 @@ class Controller:
 
     async def _work_group(self, namespace: str, name: str) -> None:
         state = self.groups.get((namespace, name))
-        if state is None or not self.owns(namespace, name):
+        if state is None or namespace in self.listing or not self.owns(namespace, name):
             return
         try:
             outcome = await self.reconcile_group(state)
@@ -466,7 +495,7 @@ class Controller:
 
     async def _work_topic(self, namespace: str, name: str) -> None:
         state = self.topics.get((namespace, name))
-        if state is None or not self.owns(namespace, name):
+        if state is None or namespace in self.listing or not self.owns(namespace, name):
             return
         try:
             await self.update_topic_status(state)

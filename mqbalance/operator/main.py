@@ -61,6 +61,13 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         "Leases LEASE-0 .. LEASE-(N-1), so every replica works (default 1: one leader, standbys)",
     )
     parser.add_argument(
+        "--shard-by",
+        choices=["group", "namespace"],
+        default="group",
+        help="with --shards: hash each group into a shard, or each namespace, so that a replica lists and "
+        "watches only the namespaces of its shards (for fleets of many namespaces; default group)",
+    )
+    parser.add_argument(
         "--workers", type=int, default=8, metavar="N", help="groups reconciled at once (default 8)"
     )
     parser.add_argument(
@@ -106,6 +113,8 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         parser.error("--shards must be from 1 to 1024")
     if args.shards > 1 and not args.leader_election:
         parser.error("--shards needs --leader-election LEASE: the shards are Leases named after it")
+    if args.shard_by != "group" and args.shards == 1:
+        parser.error("--shard-by needs --shards N (N > 1)")
     if not 1 <= args.workers <= 256:
         parser.error("--workers must be from 1 to 256")
     if args.name_server:
@@ -133,6 +142,7 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         lease_namespace=lease_namespace,
         lease_duration=args.lease_duration,
         shards=args.shards,
+        shard_by=args.shard_by,
         workers=args.workers,
         kubeconfig=args.kubeconfig,
         debounce_override=args.debounce_override,

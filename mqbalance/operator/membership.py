@@ -172,6 +172,11 @@ class PodIndex:
             del self._by_label[namespace]
         return old
 
+    def forget(self, namespace: str) -> None:
+        """Drop every pod of ``namespace`` (no longer watched here)."""
+        self._pods.pop(namespace, None)
+        self._by_label.pop(namespace, None)
+
     def candidates(self, namespace: str, selector: LabelSelector | None) -> list[PodInfo]:
         """Pods of the namespace that may match ``selector`` (all of them without matchLabels), by name.
 

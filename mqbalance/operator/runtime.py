@@ -28,8 +28,9 @@ from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import pod_info
 from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
 from mqbalance.operator.nameserver import RouteReader
+from mqbalance.operator.scopes import NamespaceScopes
 from mqbalance.operator.settings import OperatorConfig
-from mqbalance.operator.shards import Shards, ShardSetCheck, run_shards, shard_of
+from mqbalance.operator.shards import Shards, ShardSetCheck, run_shards
 from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
@@ -55,6 +56,7 @@ class Runtime:
         self._client: KubeClient | None = None
         self._lock: LeaseLock | None = None
         self._shards: Shards | None = None
+        self._scopes: NamespaceScopes | None = None
         self.controller: Controller | None = None
         self.standby = bool(config.leader_election) and config.shards == 1
 
@@ -84,6 +86,7 @@ class Runtime:
         config, controller = self.config, self.controller
         assert controller is not None
         elector: LeaseElector | None = None
+        scopes: NamespaceScopes | None = None
         if config.leader_election and config.lease_namespace and config.shards > 1:
             # Every replica works, on the shards it holds (shards.py).
             shards = self._shards = Shards(
@@ -93,18 +96,26 @@ class Runtime:
                 default_identity(),
                 config.shards,
                 config.lease_duration,
+                by=config.shard_by,
             )
             controller.owns = shards.owns
-
-            def busy(shard: int) -> bool:
-                return any(
-                    shard_of(ns, name, shards.count) == shard for _, ns, name in controller.queue.active()
+            if config.shard_by == "namespace":
+                scopes = self._scopes = NamespaceScopes(
+                    controller,
+                    lambda scope: namespace_informers(client, controller, scope),
+                    lambda ns: shards.shard(ns, "") in shards.owned,
                 )
 
-            def gained(held: frozenset[int]) -> None:
-                controller.resync(lambda ns, name: shard_of(ns, name, shards.count) in held)
+            def busy(shard: int) -> bool:
+                return any(shards.shard(ns, name) == shard for _, ns, name in controller.queue.active())
 
-            self._tasks.append(asyncio.create_task(run_shards(shards, busy, gained), name="shards"))
+            def changed(gained: frozenset[int], lost: frozenset[int]) -> None:
+                if scopes is not None:
+                    scopes.update()  # a namespace's groups are worked on once it is listed
+                if gained:
+                    controller.resync(lambda ns, name: shards.shard(ns, name) in gained)
+
+            self._tasks.append(asyncio.create_task(run_shards(shards, busy, changed), name="shards"))
         elif config.leader_election and config.lease_namespace:
             self._lock = LeaseLock(
                 client,
@@ -117,7 +128,14 @@ class Runtime:
             elector = LeaseElector(self._lock, check)
             await elector.acquire()
             self.standby = False
-        informers = create_informers(client, controller, config)
+        if scopes is None:
+            informers = create_informers(client, controller, config)
+        else:
+            informers = [Informer(client, "/api/v1/nodes", node_labels, controller.on_node)]
+            if config.all_namespaces:
+                informers.append(Informer(client, "/api/v1/namespaces", _present, scopes.on_namespace))
+            else:
+                scopes.set_known(config.namespaces)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
         tasks.append(asyncio.create_task(wait_synced(controller, informers), name="synced"))
         tasks += [asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)]
@@ -141,6 +159,8 @@ class Runtime:
             health["members"] = list(self._shards.members)
             if self._shards.conflict:
                 health["waiting"] = self._shards.conflict
+        if self._scopes is not None:
+            health["namespaces"] = self._scopes.watched
         return health
 
     async def stop(self) -> None:
@@ -149,6 +169,8 @@ class Runtime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._lock is not None and self._lock.held:
             await self._lock.release()
+        if self._scopes is not None:
+            await self._scopes.stop_all()
         if self._shards is not None:
             await self._shards.stop()
         if self._http is not None:
@@ -166,19 +188,24 @@ def create_informers(
     scopes = [""] if config.all_namespaces else [f"/namespaces/{ns}" for ns in config.namespaces]
     informers: list[Informer[Any]] = [Informer(client, "/api/v1/nodes", node_labels, controller.on_node)]
     for scope in scopes:
-        informers += [
-            Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, controller.on_group),
-            Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, controller.on_topic),
-            Informer(client, f"/api/v1{scope}/pods", pod_info, controller.on_pod),
-            Informer(
-                client,
-                f"/api/v1{scope}/configmaps",
-                configmap_snapshot,
-                controller.on_configmap,
-                label_selector=CONFIGMAP_SELECTOR,
-            ),
-        ]
+        informers += namespace_informers(client, controller, scope)
     return informers
+
+
+def namespace_informers(client: KubeClient, controller: Controller, scope: str) -> list[Informer[Any]]:
+    """ConsumerGroups, Topics, Pods and our ConfigMaps under ``scope`` (``/namespaces/<ns>``, or "": all)."""
+    return [
+        Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, controller.on_group),
+        Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, controller.on_topic),
+        Informer(client, f"/api/v1{scope}/pods", pod_info, controller.on_pod),
+        Informer(
+            client,
+            f"/api/v1{scope}/configmaps",
+            configmap_snapshot,
+            controller.on_configmap,
+            label_selector=CONFIGMAP_SELECTOR,
+        ),
+    ]
 
 
 async def wait_synced(controller: Controller, informers: list[Informer[Any]]) -> None:
@@ -192,6 +219,11 @@ async def wait_synced(controller: Controller, informers: list[Informer[Any]]) ->
         len(controller.node_labels),
         len(controller.configmaps),
     )
+
+
+def _present(body: Mapping[str, Any]) -> bool:
+    """A Namespace kept as nothing but its name (the informer's key)."""
+    return True
 
 
 def node_labels(body: Mapping[str, Any]) -> dict[str, str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mqbalance.operator.shards import ShardBy
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
@@ -20,6 +22,8 @@ class OperatorConfig:
     lease_duration: float = 15.0
     shards: int = 1
     """With leader election: shards of the groups, each a Lease held by one of the running replicas."""
+    shard_by: ShardBy = "group"
+    """What falls into a shard: each group, or each namespace (a replica then watches only its own)."""
     kubeconfig: str | None = None
     debounce_override: float | None = None
     """Use this debounce window for every group instead of its spec.debounceSeconds."""

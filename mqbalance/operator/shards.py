@@ -1,7 +1,9 @@
 """Groups sharded over the running replicas through Kubernetes Leases.
 
 A fleet that outgrows one process runs several replicas, each working on some of the groups.
-The groups fall into ``count`` shards by a hash of their namespace and name; each shard is a
+The groups fall into ``count`` shards by a hash of their namespace and name, or of their
+namespace alone (``by="namespace"``: a replica then lists and watches only the namespaces of its
+shards, scopes.py); each shard is a
 Lease (``<prefix>-<i>``), and a replica works on a group only while it holds that group's shard
 Lease. Replicas find each other through member Leases (``<prefix>-member-<identity>``, labelled
 ``mqbalance.io/shard-set: <prefix>``) that each renews; the live members, sorted, deal the
@@ -26,7 +28,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from mqbalance.kube import ApiError, KubeClient, LeaseLock, parse_micro_time
@@ -39,11 +41,16 @@ ROLE_LABEL = "mqbalance.io/shard-role"
 COUNT_LABEL = "mqbalance.io/shard-count"
 """On member Leases: the replica's --shards. Replicas that disagree would hash a group into
 different shard Leases and both work on it, so only the count of the longest-running member works."""
+BY_LABEL = "mqbalance.io/shard-by"
+"""On member Leases: the replica's --shard-by (``group`` when missing), which must agree as the count must."""
+
+ShardBy = Literal["group", "namespace"]
 
 
-def shard_of(namespace: str, name: str, count: int) -> int:
-    """The shard of a group: a stable hash (every replica and every restart agree)."""
-    digest = hashlib.blake2b(f"{namespace}/{name}".encode(), digest_size=8).digest()
+def shard_of(namespace: str, name: str, count: int, by: ShardBy = "group") -> int:
+    """The shard of a group or Topic: a stable hash (every replica and every restart agree)."""
+    key = namespace if by == "namespace" else f"{namespace}/{name}"
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % count
 
 
@@ -67,11 +74,12 @@ class Shards:
         count: int,
         duration: float,
         *,
+        by: ShardBy = "group",
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.client, self.namespace, self.prefix, self.identity = client, namespace, prefix, identity
-        self.count, self.duration = count, duration
+        self.count, self.duration, self.by = count, duration, by
         self._monotonic, self._wall = monotonic, wall
         self.locks = [
             LeaseLock(
@@ -94,7 +102,7 @@ class Shards:
             duration,
             monotonic=monotonic,
             wall=wall,
-            labels={SHARD_SET_LABEL: prefix, ROLE_LABEL: "member", COUNT_LABEL: str(count)},
+            labels={SHARD_SET_LABEL: prefix, ROLE_LABEL: "member", COUNT_LABEL: str(count), BY_LABEL: by},
         )
         self.owned: frozenset[int] = frozenset()
         """Shards this replica may work on now."""
@@ -107,9 +115,12 @@ class Shards:
         """Why this replica works on nothing now (another shard count or a single leader is live)."""
         """Shards of ours that work was refused on since the last step (their Lease was not held)."""
 
+    def shard(self, namespace: str, name: str) -> int:
+        return shard_of(namespace, name, self.count, self.by)
+
     def owns(self, namespace: str, name: str) -> bool:
         """Whether this replica may work on the group now."""
-        shard = shard_of(namespace, name, self.count)
+        shard = self.shard(namespace, name)
         if shard not in self.owned:
             return False  # its owner works on it; should it become ours, it is gained then
         if self.locks[shard].held:
@@ -197,7 +208,7 @@ class Shards:
             return self.members or (self.identity,)
         now, wall = self._monotonic(), self._wall()
         live = {self.identity}
-        joined: list[tuple[str, str, str]] = []  # (acquireTime, identity, shard count) of live members
+        joined: list[tuple[str, str, str]] = []  # (acquireTime, identity, configuration) of live members
         foreign: list[str] = []
         seen: dict[str, tuple[object, float]] = {}
         by_name = {lock.name: lock for lock in self.locks}
@@ -228,9 +239,9 @@ class Shards:
                 if fresh:  # a shard Lease of another shard count: ours are in by_name
                     foreign.append(f"shard Lease {name} of another shard count is held by {holder}")
             elif fresh:
-                count = labels.get(COUNT_LABEL, str(self.count))
-                joined.append((str(spec.get("acquireTime") or ""), str(holder), count))
-                if count == str(self.count):  # a replica of another count takes no part in our plan
+                config = _configuration(labels.get(COUNT_LABEL, str(self.count)), labels.get(BY_LABEL))
+                joined.append((str(spec.get("acquireTime") or ""), str(holder), config))
+                if config == self.configuration:  # a replica configured otherwise takes no part in our plan
                     live.add(str(holder))
             elif age > 10 * self.duration and holder != self.identity:
                 with contextlib.suppress(ApiError):
@@ -239,15 +250,19 @@ class Shards:
         self._judge(sorted(joined), foreign)
         return tuple(sorted(live))
 
+    @property
+    def configuration(self) -> str:
+        return _configuration(str(self.count), self.by)
+
     def _judge(self, joined: list[tuple[str, str, str]], foreign: list[str]) -> None:
-        """Work only with the shard count of the longest-running live member, and only while no
-        Lease of another configuration is held (their holders stop working on it first)."""
+        """Work only with the shard count and key of the longest-running live member, and only while
+        no Lease of another configuration is held (their holders stop working on it first)."""
         problem = ""
-        first = joined[0] if joined else None  # (acquireTime, identity, count), oldest first
-        if first is not None and first[2] != str(self.count):
+        first = joined[0] if joined else None  # (acquireTime, identity, configuration), oldest first
+        if first is not None and first[2] != self.configuration:
             problem = (
-                f"replica {first[1]}, the longest-running, has --shards {first[2]} and this one "
-                f"--shards {self.count}; this one waits until every replica has the same count"
+                f"replica {first[1]}, the longest-running, has {first[2]} and this one "
+                f"{self.configuration}; this one waits until every replica has the same"
             )
         elif foreign:
             problem = "; ".join(foreign) + "; this one waits until it is released or expires"
@@ -265,6 +280,11 @@ class Shards:
             if e.status == 404:
                 return None
             raise
+
+
+def _configuration(count: str, by: str | None) -> str:
+    """How a replica shards, as its flags say it: ``--shards 12`` or ``--shards 12 --shard-by namespace``."""
+    return f"--shards {count}" + (f" --shard-by {by}" if by and by != "group" else "")
 
 
 async def live_shard_set(
@@ -316,11 +336,14 @@ class ShardSetCheck:
 
 
 async def run_shards(
-    shards: Shards, busy: Callable[[int], bool], on_gained: Callable[[frozenset[int]], None]
+    shards: Shards,
+    busy: Callable[[int], bool],
+    on_change: Callable[[frozenset[int], frozenset[int]], None],
 ) -> None:
-    """Step every third of the duration until cancelled; ``on_gained`` for shards newly held."""
+    """Step every third of the duration until cancelled; ``on_change(gained, lost)`` when the
+    shards held changed."""
     while True:
-        gained, _ = await shards.step(busy)
-        if gained:
-            on_gained(gained)
+        gained, lost = await shards.step(busy)
+        if gained or lost:
+            on_change(gained, lost)
         await asyncio.sleep(shards.duration / 3)

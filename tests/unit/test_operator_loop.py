@@ -499,3 +499,29 @@ async def test_a_route_read_from_a_name_server_reaches_the_groups_and_is_polled(
         h.timer.advance(1.0)  # failures are retried sooner than the poll
         await h.settle()
         assert len(routes.asked) == 4
+
+
+async def test_a_namespace_being_listed_is_not_worked_on_and_a_forgotten_one_leaves_nothing() -> None:
+    """Sharded by namespace: a replica that takes a namespace over works on it only once all of
+    its caches are listed, and keeps nothing of a namespace it gave up."""
+    async with Harness() as h:
+        c = h.controller
+        c.synced.set()  # the cluster-wide caches (Nodes) are listed
+        c.listing.add(NS)
+        c.on_group((NS, "g"), None, group(debounce=0.0))
+        c.on_topic((NS, "t"), None, TOPIC)
+        await h.settle()
+        assert h.api.writes == []  # its pods are not listed yet: an assignment now would be empty
+        c.on_pod((NS, "p1"), None, pod("p1"))
+        c.listed(NS)
+        await h.settle()
+        assert h.published_generations() == [1]
+        assert h.journal.records[0].members == {"p1": "unknown"}
+        c.on_pod((NS, "p2"), None, pod("p2"))  # queued, then the namespace goes to another replica
+        c.forget_namespace(NS)
+        assert (c.groups, c.topics, len(c.pods), c.configmaps) == ({}, {}, 0, {})
+        assert len(c.queue) == 0
+        assert c.queue.due_at(("group", NS, "g")) is None
+        h.timer.advance(5.0)
+        await h.settle()
+        assert h.published_generations() == [1]

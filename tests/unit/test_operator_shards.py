@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mqbalance.kube import ApiError, Conflict, LeaseLock
-from mqbalance.operator.shards import Shards, live_shard_set, member_lease_name, shard_of
+from mqbalance.operator.shards import ShardBy, Shards, live_shard_set, member_lease_name, shard_of
 
 DURATION = 9.0
 GROUPS = [f"g{i}" for i in range(60)]
@@ -63,7 +63,7 @@ class Fleet:
         self.count = count
         self.replicas: dict[str, Shards] = {}
 
-    def add(self, name: str, count: int | None = None) -> Shards:
+    def add(self, name: str, count: int | None = None, by: ShardBy = "group") -> Shards:
         shards = Shards(
             self.api,  # type: ignore[arg-type]
             "ns",
@@ -71,6 +71,7 @@ class Fleet:
             name,
             count or self.count,
             DURATION,
+            by=by,
             monotonic=lambda: self.now,
             wall=lambda: 1_800_000_000.0 + self.now,
         )
@@ -235,3 +236,29 @@ async def test_sharded_replicas_and_a_single_leader_never_work_at_once() -> None
     await leader.release()
     await fleet.tick()
     assert sorted(a.owned) == [0, 1]
+
+
+def test_sharded_by_namespace_every_group_of_a_namespace_falls_in_its_shard() -> None:
+    shards = {shard_of("shop", f"g{i}", 16, "namespace") for i in range(100)}
+    assert shards == {shard_of("shop", "", 16, "namespace")}
+    spread = Counter(shard_of(f"team-{i}", "g", 8, "namespace") for i in range(8000))
+    assert min(spread.values()) > 900
+
+
+@pytest.mark.asyncio
+async def test_a_replica_sharding_by_another_key_works_on_nothing_until_the_others_go() -> None:
+    fleet = Fleet(count=4)
+    a = fleet.add("a")
+    for _ in range(2):
+        await fleet.tick()
+    fleet.now += 1.0  # b starts later with --shard-by namespace: the same Lease names, other groups
+    b = fleet.add("b", by="namespace")
+    for _ in range(3):
+        await fleet.tick()
+    assert (sorted(a.owned), sorted(b.owned)) == ([0, 1, 2, 3], [])
+    assert "--shards 4 --shard-by namespace" in b.conflict
+    await a.stop()
+    fleet.replicas.pop("a")
+    await fleet.tick()
+    assert sorted(b.owned) == [0, 1, 2, 3]
+    assert not b.conflict

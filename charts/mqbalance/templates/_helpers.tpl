@@ -61,13 +61,14 @@ app.kubernetes.io/component: sidecar
 {{- end }}
 
 {{/*
-How operator pods coordinate: "Lease <name> with <n> shard(s)", or "no leader election". Pods that
+How operator pods coordinate: "Lease <name> with <n> shard(s) by group", or "no leader election". Pods that
 disagree on it do not see each other's Leases, so during a rollout old and new pods would work on
 the same groups at once.
 */}}
 {{- define "mqbalance.operator.coordination" -}}
 {{- if .lease }}
 {{- printf "Lease %q with %d shard(s)" .lease (int .shards) }}
+{{- if gt (int .shards) 1 }}{{ printf " by %s" .shardBy }}{{ end }}
 {{- else }}
 {{- print "no leader election" }}
 {{- end }}
@@ -75,7 +76,7 @@ the same groups at once.
 
 {{/*
 Refuses an upgrade that changes how running operator pods coordinate (leader election, the Lease's
-name, operator.leaderElection.shards) while the new values roll pods out next to the old ones
+name, operator.leaderElection.shards or shardBy) while the new values roll pods out next to the old ones
 (RollingUpdate). Reads the Deployment from the cluster, so `helm template` and client-side dry runs
 skip the check.
 */}}
@@ -83,16 +84,17 @@ skip the check.
 {{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-operator" (include "mqbalance.fullname" .)) }}
 {{- if and $existing .Values.operator.leaderElection.enabled (gt (int .Values.operator.replicas) 0) }}
 {{- $running := max (dig "spec" "replicas" 0 $existing) (dig "status" "replicas" 0 $existing) }}
-{{- $old := dict "lease" "" "shards" 1 }}
+{{- $old := dict "lease" "" "shards" 1 "shardBy" "group" }}
 {{- range $existing.spec.template.spec.containers }}
 {{- if eq .name "operator" }}
 {{- range .args }}
 {{- if hasPrefix "--leader-election=" . }}{{ $_ := set $old "lease" (trimPrefix "--leader-election=" .) }}{{ end }}
 {{- if hasPrefix "--shards=" . }}{{ $_ := set $old "shards" (trimPrefix "--shards=" . | atoi) }}{{ end }}
+{{- if hasPrefix "--shard-by=" . }}{{ $_ := set $old "shardBy" (trimPrefix "--shard-by=" .) }}{{ end }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- $new := dict "lease" (include "mqbalance.operator.leaseName" .) "shards" (int .Values.operator.leaderElection.shards) }}
+{{- $new := dict "lease" (include "mqbalance.operator.leaseName" .) "shards" (int .Values.operator.leaderElection.shards) "shardBy" .Values.operator.leaderElection.shardBy }}
 {{- $before := include "mqbalance.operator.coordination" $old }}
 {{- $after := include "mqbalance.operator.coordination" $new }}
 {{- if and (gt (int64 $running) 0) (ne $before $after) }}

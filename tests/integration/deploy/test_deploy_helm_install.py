@@ -44,14 +44,18 @@ TIMEOUT = 60.0
 
 
 @contextlib.contextmanager
-def installed(cluster: LocalCluster, helm: Path, namespace: str, *values: str) -> Iterator[str]:
-    """The chart installed in ``namespace``, watching only that namespace, sidecars narrowed to GROUP."""
+def installed(
+    cluster: LocalCluster, helm: Path, namespace: str, *values: str, cluster_wide: bool = False
+) -> Iterator[str]:
+    """The chart installed in ``namespace``, watching only that namespace (or, ``cluster_wide``, all),
+    sidecars narrowed to GROUP."""
     name = f"mqb-{uuid.uuid4().hex[:6]}"
+    watch = [] if cluster_wide else ["--set", f"operator.watchNamespaces={{{namespace}}}"]
     run_helm(
         helm, "install", name, str(CHART),
         "--kubeconfig", str(cluster.kubeconfig),
         "--namespace", namespace,
-        "--set", f"operator.watchNamespaces={{{namespace}}}",
+        *watch,
         "--set", f"sidecar.groups={{{GROUP}}}",
         *(arg for value in values for arg in ("--set", value)),
         "--wait=false",
@@ -464,3 +468,64 @@ def run_sharded_replicas(
             replica.stop()
         core.delete_node(node)
     assert_no_denials("".join((tmp_path / f"operator-{i}.log").read_text() for i in range(len(replicas))))
+
+
+def test_replicas_sharding_by_namespace_watch_the_cluster_as_the_chart_service_account(
+    cluster: LocalCluster, helm: Path, namespace: str, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """Cluster-wide with shardBy=namespace: the ClusterRole lets a replica list and watch the
+    Namespaces (it watches those of its shards), and one replica with the chart's arguments
+    watches this namespace and publishes its group."""
+    values = (*SHARDED, "operator.leaderElection.shardBy=namespace")
+    with installed(cluster, helm, namespace, *values, cluster_wide=True) as release:
+        name = f"{release}-mqbalance-operator"
+        sa = f"system:serviceaccount:{namespace}:{name}"
+        for verb in ("list", "watch"):
+            assert can_i(cluster, sa, verb, "namespaces", None), f"operator cannot {verb} namespaces"
+        for verb in ("get", "create", "delete"):
+            assert not can_i(cluster, sa, verb, "namespaces", None), f"operator may {verb} namespaces"
+        spec = client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace).spec
+        assert spec is not None
+        assert spec.template.spec is not None
+        _, *chart_args = spec.template.spec.containers[0].args or []
+        assert "--shard-by=namespace" in chart_args, chart_args
+        assert not [a for a in chart_args if a.startswith("--namespace")], chart_args
+
+        cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "topic.yaml"))
+        node = f"node-{namespace}"
+        create_node(api_client, node, "zone-a")
+        group_spec = {"topics": ["orders"], "selector": {"matchLabels": {"app": GROUP}}, "debounceSeconds": 0}
+        apply_group(api_client, namespace, GROUP, {**group_spec, "strategy": {"name": "AVG"}})
+        start_pods(api_client, namespace, GROUP, 2, {"app": GROUP}, [node])
+        kubeconfig = service_account_kubeconfig(cluster, namespace, name, tmp_path / "operator.kubeconfig")
+        port = free_port()
+        argv = mqbalance_argv(
+            "operator", *(a.replace("$(POD_NAMESPACE)", namespace) for a in chart_args),
+            "--kubeconfig", str(kubeconfig), "--metrics-host", "127.0.0.1", f"--metrics-port={port}",
+        )  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env |= {"POD_NAMESPACE": namespace, "POD_NAME": f"{release}-operator-0"}
+        replica = ManagedProcess("operator", argv, env, tmp_path / "operator.log")
+        core = client.CoreV1Api(api_client)
+
+        def published() -> AssignmentDocument | None:
+            replica.check()
+            try:
+                cm = core.read_namespaced_config_map(configmap_name(GROUP), namespace)
+            except client.exceptions.ApiException:
+                return None
+            doc = AssignmentDocument.decode((cm.data or {})[CONFIGMAP_KEY])
+            return doc if len(doc.members) == 2 else None
+
+        replica.spawn()
+        try:
+            wait_for(
+                "the replica to watch this namespace",
+                lambda: namespace in (health(port).get("namespaces") or []),
+                timeout=TIMEOUT,
+            )
+            wait_for(f"{GROUP} to be published", published, timeout=TIMEOUT)
+        finally:
+            replica.stop()
+            core.delete_node(node)
+        assert_no_denials((tmp_path / "operator.log").read_text())

@@ -150,6 +150,34 @@ def test_shards_pass_the_flag_and_grant_the_lease_verbs_the_operator_calls(helm:
     assert not [a for a in container["args"] if a.startswith("--shards")]
 
 
+def test_sharding_by_namespace_passes_the_flag_and_lists_namespaces_only_cluster_wide(helm: Path) -> None:
+    sharded = ("--set", "operator.replicas=3", "--set", "operator.leaderElection.shards=4")
+    by_namespace = (*sharded, "--set", "operator.leaderElection.shardBy=namespace")
+
+    def namespace_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            rule
+            for role in by_kind(docs, "ClusterRole")
+            for rule in role["rules"]
+            if "namespaces" in rule["resources"]
+        ]
+
+    docs = render(helm, *by_namespace)
+    _, container = _operator_container(docs)
+    assert [a for a in container["args"] if a.startswith("--shard")] == ["--shards=4", "--shard-by=namespace"]
+    # A replica watches the namespaces of its shards, so it must learn of every namespace: no more.
+    assert namespace_rules(docs) == [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+    ]
+    # Listed namespaces are known from the flags; sharded by group, no replica needs them.
+    assert not namespace_rules(
+        render(helm, *by_namespace, "--set", "operator.watchNamespaces={shop,billing}")
+    )
+    docs = render(helm, *sharded)
+    assert not namespace_rules(docs)
+    assert not [a for a in _operator_container(docs)[1]["args"] if a.startswith("--shard-by")]
+
+
 def test_shards_need_leader_election(helm: Path) -> None:
     result = run_helm(
         helm, "template", "mq", str(CHART),

@@ -74,13 +74,16 @@ def watcher(
 def start_operator(
     cluster: LocalCluster, crds: None, namespace: str, tmp_path: Path
 ) -> Iterator[Callable[..., OperatorProcess]]:
-    """Starts operators on the test's namespace (``name`` separates their logs); stops them afterwards."""
+    """Starts operators on the test's namespace, or on ``namespaces`` (none: give --all-namespaces in
+    ``extra``); ``name`` separates their logs; stops them afterwards."""
     started: list[OperatorProcess] = []
 
-    def start(*extra: str, name: str = "operator", wait: bool = True) -> OperatorProcess:
+    def start(
+        *extra: str, name: str = "operator", wait: bool = True, namespaces: list[str] | None = None
+    ) -> OperatorProcess:
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
-        op = OperatorProcess(cluster, [namespace], workdir, *extra)
+        op = OperatorProcess(cluster, [namespace] if namespaces is None else namespaces, workdir, *extra)
         started.append(op)
         op.spawn()
         if wait:

@@ -42,8 +42,13 @@ def rendered_rules(*values: str) -> list[tuple[str, dict[str, Any]]]:
         ("operator.watchNamespaces={shop,billing}",),
         ("sidecar.namespaces={shop}", "sidecar.groups={orders}"),
         ("operator.replicas=3", "operator.leaderElection.shards=8"),
+        (
+            "operator.replicas=3",
+            "operator.leaderElection.shards=8",
+            "operator.leaderElection.shardBy=namespace",
+        ),
     ],
-    ids=["cluster-wide", "namespaced", "sidecar-groups", "sharded"],
+    ids=["cluster-wide", "namespaced", "sidecar-groups", "sharded", "sharded-by-namespace"],
 )
 def test_no_rbac_rule_uses_a_wildcard_or_a_powerful_verb(values: tuple[str, ...]) -> None:
     rules = rendered_rules(*values)

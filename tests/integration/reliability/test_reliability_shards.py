@@ -4,6 +4,7 @@ Leases expire, with no duplicate or backward generation anywhere."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -13,12 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from harness.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.processes import OperatorProcess
 from mqbalance.model import MessageQueue
 from mqbalance.operator.shards import shard_of
-from tests.integration.operator_support import apply_group
+from tests.integration.operator_support import apply_group, apply_topic
+from tests.integration.reliability.conftest import TOPICS, readable_queues
 from tests.integration.reliability.reliability_support import Churn, GenerationWatcher, wait_converged
 
 PREFIX = "mqbalance-shards"
@@ -110,3 +114,146 @@ def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
         f"shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION} shards={SHARDS}",
         f"orphaned_groups={len(orphaned)} generations={len(seen)}",
     )
+
+
+def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """--shard-by namespace with --all-namespaces: each replica lists and watches only the
+    namespaces of the shards it holds, a namespace created later is taken up by its shard's
+    holder, and a SIGKILLed replica's namespaces move to the others."""
+    rng = random.Random(23)
+    core = client.CoreV1Api(api_client)
+    namespaces = [namespace, *(f"{namespace[:50]}-{i}" for i in range(1, 6))]
+    for ns in namespaces[1:]:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    watchers: list[GenerationWatcher] = []
+    churns: dict[str, Churn] = {}
+    try:
+        for ns in namespaces:
+            for name, brokers in TOPICS.items():
+                apply_topic(api_client, ns, name, brokers)
+            watchers.append(GenerationWatcher(api_client, ns, readable_queues()).start())
+            churns[ns] = start_groups(api_client, ns, nodes, rng)
+        args: tuple[str, ...] = ("--leader-election", PREFIX, "--shards", str(SHARDS))
+        args += (
+            "--lease-duration",
+            str(DURATION),
+            "--shard-by",
+            "namespace",
+            "--lease-namespace",
+            namespace,
+            "--all-namespaces",
+        )
+        replicas = [start_operator(*args, name=f"replica-{i}", namespaces=[]) for i in range(3)]
+        held = wait_for("every shard held by one of three replicas", lambda: split(replicas, 3), DURATION * 5)
+
+        wait_watching(replicas, held, churns, "each replica to watch the namespaces of its shards")
+        converge_all(api_client, churns)
+        for churn in churns.values():  # a change for every group, now that the shards are dealt
+            for group in churn.groups:
+                churn.add(group)
+        converge_all(api_client, churns)
+        # Each group's latest generation came from the replica holding its namespace's shard.
+        latest: dict[tuple[str, str], tuple[int, OperatorProcess]] = {}
+        for op in replicas:
+            for record in op.journal_records():
+                key = (record.namespace, record.group)
+                if record.namespace in churns and record.generation > latest.get(key, (0, op))[0]:
+                    latest[key] = (record.generation, op)
+        for (ns, group), (_, op) in latest.items():
+            assert ns in served_by(op, held, churns), (ns, group, op.workdir.name, held)
+        assert len(latest) == 2 * len(churns)
+
+        # A namespace created now is served by its shard's holder.
+        late = f"{namespace[:50]}-late"
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=late)))
+        namespaces.append(late)
+        for name, brokers in TOPICS.items():
+            apply_topic(api_client, late, name, brokers)
+        watchers.append(GenerationWatcher(api_client, late, readable_queues()).start())
+        churns[late] = start_groups(api_client, late, nodes, rng)
+        converge_all(api_client, {late: churns[late]})
+        wait_watching(replicas, held, churns, "the new namespace watched by its shard's holder")
+
+        victim = max(replicas, key=lambda op: len(served_by(op, held, churns)))
+        orphaned = served_by(victim, held, churns)
+        assert orphaned, held
+        killed = time.monotonic()
+        victim.kill()
+        for ns in orphaned:  # work only the dead replica's namespaces need
+            for group in churns[ns].groups:
+                churns[ns].add(group)
+        survivors = [op for op in replicas if op is not victim]
+        held = wait_for("the survivors to hold every shard", lambda: split(survivors, 2), DURATION * 5)
+        converge_all(api_client, {ns: churns[ns] for ns in orphaned}, timeout=DURATION * 5)
+        takeover = time.monotonic() - killed
+        wait_watching(survivors, held, churns, "the survivors to watch the namespaces of their shards")
+        for churn in churns.values():
+            for _ in range(3):
+                churn.step()
+        converge_all(api_client, churns)
+
+        # No group was published by two replicas at once: every generation once, by one replica.
+        for w in watchers:
+            w.assert_clean()
+        seen = Counter((r.namespace, r.group, r.generation) for op in replicas for r in op.journal_records())
+        twice = [key for key, n in seen.items() if n > 1]
+        assert not twice, f"generations published by two replicas: {twice}"
+        for op in survivors:
+            assert op.alive
+            assert op.metric("mqbalance_reconcile_errors_total", kind="conflict") == 0, op.tail(100)
+        print(
+            f"namespace shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION}",
+            f"shards={SHARDS} namespaces={len(churns)} orphaned_namespaces={len(orphaned)}",
+        )
+    finally:
+        for w in watchers:
+            w.stop()
+        for ns in namespaces[1:]:
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(ns)
+
+
+def start_groups(api: client.ApiClient, namespace: str, nodes: list[str], rng: random.Random) -> Churn:
+    """Two groups of the namespace, each with two Ready pods."""
+    groups = ["g0", "g1"]
+    for group in groups:
+        spec = {"topics": ["orders"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0}
+        apply_group(api, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
+    churn = Churn(api, namespace, groups, nodes, rng)
+    for group in groups:
+        churn.add(group)
+        churn.add(group)
+    return churn
+
+
+def converge_all(api: client.ApiClient, churns: dict[str, Churn], timeout: float = 60.0) -> None:
+    for ns, churn in churns.items():
+        for group in churn.groups:
+            wait_converged(api, ns, group, churn.members(group), timeout=timeout)
+
+
+def served_by(op: OperatorProcess, held: dict[str, list[int]], churns: dict[str, Churn]) -> list[str]:
+    """Our namespaces whose shard ``op`` holds in ``held``."""
+    shards = held[op.workdir.name]
+    return [ns for ns in churns if shard_of(ns, "", SHARDS, "namespace") in shards]
+
+
+def wait_watching(
+    replicas: list[OperatorProcess], held: dict[str, list[int]], churns: dict[str, Churn], what: str
+) -> None:
+    """Until each replica watches exactly those of our namespaces its shards hold."""
+
+    def watching() -> bool:
+        return all(
+            {ns for ns in health(op).get("namespaces", []) if ns in churns}
+            == set(served_by(op, held, churns))
+            for op in replicas
+        )
+
+    wait_for(what, watching, 30)
