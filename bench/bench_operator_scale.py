@@ -1,7 +1,8 @@
 """Operator scale: a cold start publishing N groups, beside the writes the contract needs (each group's
 ConfigMap and status) made with the operator's own client, in one run.
 
-    python bench/bench_operator_scale.py [--groups 1000] [--namespaces 1] [--replicas 3] [--profile]
+    python bench/bench_operator_scale.py [--groups 1000] [--namespaces 1] [--profile]
+        [--replicas 3 [--shard-by namespace]]
 
 Creates N Topics (32 queues each, brokers in two of three zones), N ConsumerGroups
 (STICKY with zone affinity) and 8 Ready pods per group spread over nodes in three
@@ -18,8 +19,9 @@ zones (the setup is timed on its own), then
    /metrics): the restart of an operator whose groups are all published, with nothing
    to write;
 4. with ``--replicas R`` (R > 1), deletes every assignment ConfigMap and starts R replicas
-   sharding the groups (``--leader-election --shards``), and times them until every group is
-   published again: the same cold start split over replicas;
+   sharding the groups (``--leader-election --shards``, ``--shard-by``), and times them until every
+   group is published again: the same cold start split over replicas, with each replica's CPU,
+   memory and the groups it published;
 5. stops the operators and makes, for N groups of a fresh namespace, the writes the contract
    needs on a first publish (a ConfigMap create and a status patch per group), with the
    operator's own client (``mqbalance.kube.KubeClient``) and concurrency (8 at once): the floor.
@@ -277,6 +279,11 @@ def _frame(text: str) -> str:
     return f"{name} ({short})"
 
 
+def published_groups(operator: OperatorProcess) -> set[tuple[str, str]]:
+    """(namespace, group) of every group ``operator`` published, from its journal."""
+    return {(r.namespace, r.group) for r in operator.journal_records()}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--groups", type=int, default=1000)
@@ -290,6 +297,9 @@ def main() -> int:
         "--replicas", type=int, default=1, help="also time a cold start by this many sharding replicas"
     )
     p.add_argument("--shards", type=int, default=12, help="shards of the sharded cold start")
+    p.add_argument(
+        "--shard-by", choices=["group", "namespace"], default="group", help="the replicas' --shard-by"
+    )
     p.add_argument("--profile", action="store_true", help="sample the operator's cold start with py-spy")
     p.add_argument("--profile-raw", type=Path, help="also keep py-spy's collapsed stacks in this file")
     args = p.parse_args()
@@ -426,6 +436,8 @@ def main() -> int:
 
             sharded = 0.0
             sharded_cpu: list[float] = []
+            sharded_rss: list[float] = []
+            sharded_groups: list[int] = []
             if args.replicas > 1:
                 # The same cold start split over replicas: every ConfigMap goes, R replicas publish again.
                 operator.stop()
@@ -435,7 +447,8 @@ def main() -> int:
                 # Gone from a fresh list too, before any replica starts.
                 wait_for("the deleted ConfigMaps to go", lambda: not any_managed(api, namespaces), 120)
                 lease = ["--leader-election", "scale", "--lease-namespace", namespaces[0]]
-                lease += ["--shards", str(args.shards), "--lease-duration", "6", *scope]
+                lease += ["--shards", str(args.shards), "--shard-by", args.shard_by, "--lease-duration", "6"]
+                lease += scope
                 replicas = []
                 for r in range(args.replicas):
                     replica_dir = workdir / f"replica-{r}"
@@ -466,6 +479,8 @@ def main() -> int:
                     sharded = republished.all_at - replicas[0].started_at
                     # The work split: each replica's CPU for the cold start, beside the single one's.
                     sharded_cpu = [cpu_seconds(replica.pid) for replica in replicas]
+                    sharded_rss = [rss_mib(replica.pid) for replica in replicas]
+                    sharded_groups = [len(published_groups(replica)) for replica in replicas]
                 finally:
                     for replica in replicas:
                         replica.stop()
@@ -557,7 +572,8 @@ def main() -> int:
         rows.insert(
             2,
             [
-                f"{args.replicas} replicas, {args.shards} shards: start -> {args.groups} groups published",
+                f"{args.replicas} replicas, {args.shards} shards by {args.shard_by}: start -> {args.groups} "
+                "groups published",
                 f"{sharded:.1f} s",
                 f"{sharded / floor_seconds:.2f}x ({sharded / cold:.2f} of one replica's)",
             ],
@@ -568,6 +584,22 @@ def main() -> int:
                 "  CPU of each replica for it",
                 " / ".join(f"{c:.1f}" for c in sharded_cpu) + " s",
                 f"{max(sharded_cpu) / cold_cpu:.2f} of the single operator's {cold_cpu:.1f} s at most",
+            ],
+        )
+        rows.insert(
+            4,
+            [
+                "  memory (RSS) of each replica after it",
+                " / ".join(f"{m:.0f}" for m in sharded_rss) + " MiB",
+                f"{max(sharded_rss) / cold_rss:.2f} of the single operator's {cold_rss:.0f} MiB at most",
+            ],
+        )
+        rows.insert(
+            5,
+            [
+                "  groups each replica published",
+                " / ".join(str(n) for n in sharded_groups),
+                f"{max(sharded_groups) / args.groups:.2f} of them at most",
             ],
         )
     print(table(["measure", "value", "vs floor"], rows))
