@@ -521,7 +521,7 @@ def main() -> int:
             together = f"{floor_ns}-{args.replicas}"
             create_namespace(api, together)
             make = [lambda g=g: create_group(api, together, g, spec) for g in floor_groups]
-            run_parallel(make, args.workers)  # type: ignore[arg-type]
+            run_parallel(make, args.workers)
             floor_sharded = asyncio.run(
                 floor_writes(
                     cluster.kubeconfig, together, floor_groups, bodies, status_sample, 8, args.replicas
