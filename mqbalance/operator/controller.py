@@ -475,6 +475,8 @@ class Controller:
         self, state: GroupState, outcome: Outcome, pods: list[PodInfo], spec: Mapping[str, Any]
     ) -> None:
         """What later changes are matched against: the selector, topics, pods and nodes of this group."""
+        if self.groups.get((state.namespace, state.name)) is not state:
+            return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
         topics = spec.get("topics")
         state.topics = (
             frozenset(t for t in topics if isinstance(t, str)) if isinstance(topics, list) else frozenset()

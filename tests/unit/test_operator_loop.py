@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from mqbalance.contract import Ack, configmap_name
 from mqbalance.kube import ApiError, Conflict
 from mqbalance.model import Broker
-from mqbalance.operator.controller import Controller, work_priority
+from mqbalance.operator.controller import LEGACY_FINALIZER, Controller, work_priority
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
@@ -525,3 +525,35 @@ async def test_a_namespace_being_listed_is_not_worked_on_and_a_forgotten_one_lea
         h.timer.advance(5.0)
         await h.settle()
         assert h.published_generations() == [1]
+
+
+async def test_a_group_deleted_while_its_reconcile_waits_is_not_filed_again() -> None:
+    """A reconcile that waited on the API (here: removing the legacy finalizer) must not route
+    pod changes to a group deleted meanwhile: they would look it up and fail."""
+    gate = asyncio.Event()
+
+    class SlowApi(FakeApi):
+        async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+            await gate.wait()
+            return await super().json_patch(path, operations)
+
+    async with Harness() as h:
+        h.api = SlowApi()
+        h.controller.writer = Writer(h.api)  # type: ignore[arg-type]
+        body = group(debounce=0.0)
+        body["metadata"]["finalizers"] = [LEGACY_FINALIZER]
+        c = h.controller
+        c.on_topic((NS, "t"), None, TOPIC)
+        c.on_pod((NS, "p1"), None, pod("p1"))
+        c.on_group((NS, "g"), None, body)
+        c.synced.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert c.queue.busy  # waiting on the finalizer's removal
+        c.on_group((NS, "g"), body, None)
+        gate.set()
+        await h.settle()
+        c.on_pod((NS, "p2"), None, pod("p2"))  # raised KeyError when the group was filed again
+        await h.settle()
+        assert c.groups == {}
+        assert h.published_generations() == [1]  # the write in flight completed; nothing after it

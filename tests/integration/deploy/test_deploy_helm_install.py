@@ -484,6 +484,11 @@ def test_replicas_sharding_by_namespace_watch_the_cluster_as_the_chart_service_a
             assert can_i(cluster, sa, verb, "namespaces", None), f"operator cannot {verb} namespaces"
         for verb in ("get", "create", "delete"):
             assert not can_i(cluster, sa, verb, "namespaces", None), f"operator may {verb} namespaces"
+        notes = run_helm(
+            helm, "get", "notes", release, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace
+        ).stdout
+        assert f"split into {SHARDS} shards by namespace" in notes, notes
+        assert "the namespaces it watches" in notes, notes
         spec = client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace).spec
         assert spec is not None
         assert spec.template.spec is not None
