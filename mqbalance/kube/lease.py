@@ -82,13 +82,16 @@ class LeaseLock:
 
     async def try_hold(self) -> bool:
         """Take or renew the Lease if we may; whether we hold it afterwards."""
+        # Held from before the request, not from its answer: a slow answer must not stretch the
+        # time we count on past what the others count from the write.
+        asked = self._monotonic()
         try:
             self.holder = await self._try()
         except ApiError as e:
             logger.warning("lease %s/%s: %s", self.namespace, self.name, e)
             return self.held
         if self.holder == self.identity:
-            self.renewed_at = self._monotonic()
+            self.renewed_at = asked
         else:
             self.renewed_at = None
         return self.holder == self.identity

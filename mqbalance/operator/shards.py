@@ -154,17 +154,20 @@ class Shards:
             self._announcing = False
             return frozenset(), frozenset()
         wanted = frozenset() if self.conflict else self.plan(self.members)
-        owned = set()
-        for shard, lock in enumerate(self.locks):
+
+        async def keep(shard: int, lock: LeaseLock) -> bool:
             if shard in wanted:
-                if await lock.try_hold():
-                    owned.add(shard)
-            elif lock.renewed_at is not None:
+                return await lock.try_hold()
+            if lock.renewed_at is not None:
                 if busy(shard):  # stop starting work on it, release once drained
                     await lock.try_hold()
                 else:
                     await lock.release()
-        self.owned = frozenset(owned)
+            return False
+
+        # All at once: a busy API server delays one step by one round trip, not one per shard.
+        held = await asyncio.gather(*(keep(shard, lock) for shard, lock in enumerate(self.locks)))
+        self.owned = frozenset(shard for shard, ok in enumerate(held) if ok)
         gained, lost = (self.owned - before) | (self.owned & refused), before - self.owned
         if self.owned & refused:
             logger.warning(
