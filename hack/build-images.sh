@@ -24,19 +24,17 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/lib.sh
+source "$REPO/hack/lib.sh"
 SUITE=bookworm
 BASE_PACKAGES=python3,python3-venv,ca-certificates
 BASE_RECIPE=1  # bump when the base's recipe below changes in a way its inputs do not show
 
-CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
 OUT="$CACHE/images"
 MANIFEST="$OUT/images.json"
 CA_BUNDLE="${MQBALANCE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 
 APT_PACKAGES=(podman buildah mmdebstrap uidmap fuse-overlayfs)
-
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 if [[ "${1:-}" == "--print-manifest" ]]; then
   echo "$MANIFEST"
@@ -44,27 +42,6 @@ if [[ "${1:-}" == "--print-manifest" ]]; then
 elif [[ $# -gt 0 ]]; then
   die "unknown argument: $1 (usage: $0 [--print-manifest])"
 fi
-
-as_root() {
-  if [[ "$(id -u)" == 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo "$@"
-  else
-    die "need root (or sudo) to run: $*"
-  fi
-}
-
-install_packages() {
-  local missing=() p
-  for p in "${APT_PACKAGES[@]}"; do
-    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" == "install ok installed" ]] || missing+=("$p")
-  done
-  ((${#missing[@]} == 0)) && return
-  log "installing Debian packages: ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
 
 configure_podman() {
   # Private storage, and default ulimits the kernel lets runc set: without CAP_SYS_RESOURCE
@@ -219,7 +196,7 @@ main() {
   mkdir -p "$OUT"
   exec 9>"$OUT/.build.lock"
   flock 9
-  install_packages
+  apt_install_missing "${APT_PACKAGES[@]}"
   configure_podman
   local start=$SECONDS base app pause
   base="$(build_base)"

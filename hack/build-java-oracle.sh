@@ -12,11 +12,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/lib.sh
+source "$ROOT/hack/lib.sh"
 SRC="$ROOT/tests/oracle/java"
-CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}/java-oracle"
-
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+ORACLE_DIR="$CACHE/java-oracle"
 
 [[ $# -gt 0 ]] || die "usage: $0 VERSION..."
 
@@ -24,20 +23,17 @@ ensure_tools() {
   if command -v javac >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
     return
   fi
-  [[ "$(id -u)" == 0 ]] || die "need javac and mvn (Debian: openjdk-17-jdk-headless maven); run as root to install them"
-  log "installing a JDK and Maven from Debian"
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >&2
+  apt_install openjdk-17-jdk-headless maven
 }
 
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
+mkdir -p "$ORACLE_DIR"
+exec 9>"$ORACLE_DIR/.lock"
 flock 9
 
 ensure_tools
 
 hash="$(cat "$SRC"/*.java "$SRC/pom.xml" | sha256sum | cut -c1-16)"
-classes="$CACHE/classes-$hash"
+classes="$ORACLE_DIR/classes-$hash"
 if [[ ! -f "$classes/Oracle.class" ]]; then
   log "compiling the oracle driver"
   rm -rf "$classes.tmp"
@@ -49,7 +45,7 @@ printf 'classes\t%s\n' "$classes"
 
 for version in "$@"; do
   [[ "$version" =~ ^[0-9]+(\.[0-9]+)+$ ]] || die "not a RocketMQ version: $version"
-  cp_file="$CACHE/rocketmq-client-$version.classpath"
+  cp_file="$ORACLE_DIR/rocketmq-client-$version.classpath"
   if [[ ! -s "$cp_file" ]] || ! tr ':' '\n' <"$cp_file" | while read -r jar; do [[ -f "$jar" ]] || exit 1; done; then
     log "resolving rocketmq-client $version from Maven Central"
     mvn -q -B -f "$SRC/pom.xml" dependency:build-classpath \

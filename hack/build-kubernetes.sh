@@ -23,8 +23,8 @@ set -euo pipefail
 DEFAULT_VERSION="v1.37.2"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd)
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=hack/lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 print_only=0
 VERSION=""
@@ -42,7 +42,6 @@ MINOR="${BASH_REMATCH[1]}"
 STAGING_VERSION="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 ((MINOR >= 34)) || die "$VERSION is older than 1.34; use hack/build-control-plane.sh --k8s 1.20 for the old one"
 
-CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
 K8S_DIR="$CACHE/k8s-$VERSION"
 K8S_BIN="$K8S_DIR/bin"
 K8S_STAMP="$K8S_DIR/.stamp"

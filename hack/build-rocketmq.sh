@@ -13,38 +13,21 @@ set -euo pipefail
 
 DEFAULT_VERSION="5.3.3"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=hack/lib.sh
+source "$HERE/lib.sh"
 POM="$HERE/rocketmq/pom.xml"
-CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
 
 APT_PACKAGES=(
   openjdk-17-jdk-headless  # RocketMQ's servers, and the Java client module (javac)
   maven                    # fetches the jars from Maven Central
 )
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
-
-as_root() {
-  if [[ "$(id -u)" == 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo "$@"
-  else
-    die "need root (or sudo) to run: $*"
-  fi
-}
-
 install_tools() {
   # A machine may bring its own JDK and Maven; only install Debian's when a command is missing.
   local missing=()
   command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || missing+=("${APT_PACKAGES[0]}")
   command -v mvn >/dev/null 2>&1 || missing+=("${APT_PACKAGES[1]}")
-  if ((${#missing[@]} == 0)); then
-    return
-  fi
-  log "installing Debian packages: ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
 }
 
 stamp_text() {  # stamp_text VERSION

@@ -1,0 +1,37 @@
+# Shared by the hack/build-*.sh scripts (sourced): messages, the cache directory, root and
+# Debian packages. Messages go to standard error: some scripts print their results on stdout.
+
+# The per-user cache of everything the scripts build or fetch, outside the repository.
+CACHE="${MQBALANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [[ "$(id -u)" == 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root (or sudo) to run: $*"
+  fi
+}
+
+package_installed() {  # package_installed PACKAGE
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+apt_install() {  # apt_install PACKAGE...: install them from Debian (none given: nothing to do)
+  (($#)) || return 0
+  log "installing Debian packages: $*"
+  as_root apt-get update -qq >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+apt_install_missing() {  # apt_install_missing PACKAGE...: those of them not installed yet
+  local missing=() p
+  for p in "$@"; do
+    package_installed "$p" || missing+=("$p")
+  done
+  apt_install "${missing[@]}"
+}
