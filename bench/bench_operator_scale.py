@@ -446,6 +446,7 @@ def main() -> int:
             sharded_cpu: list[float] = []
             sharded_rss: list[float] = []
             sharded_groups: list[int] = []
+            sharded_reconciles: list[int] = []
             if args.replicas > 1:
                 # The same cold start split over replicas: every ConfigMap goes, R replicas publish again.
                 operator.stop()
@@ -489,6 +490,7 @@ def main() -> int:
                     sharded_cpu = [cpu_seconds(replica.pid) for replica in replicas]
                     sharded_rss = [rss_mib(replica.pid) for replica in replicas]
                     sharded_groups = [len(published_groups(replica)) for replica in replicas]
+                    sharded_reconciles = [replica.reconciles() for replica in replicas]
                 finally:
                     for replica in replicas:
                         replica.stop()
@@ -629,6 +631,14 @@ def main() -> int:
                 "  groups each replica published",
                 " / ".join(str(n) for n in sharded_groups),
                 f"{max(sharded_groups) / args.groups:.2f} of them at most",
+            ],
+        )
+        rows.insert(
+            7,
+            [
+                "  group reconciles each replica ran",
+                " / ".join(str(n) for n in sharded_reconciles),
+                f"{sum(sharded_reconciles) / args.groups:.2f} per group",
             ],
         )
     print(table(["measure", "value", "vs floor"], rows))
