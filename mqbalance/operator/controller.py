@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqbalance.contract import (
+    CONFIGMAP_KEY,
     CONSUMER_GROUPS,
     GROUP_LABEL,
     TOPICS,
@@ -272,6 +273,10 @@ class Controller:
             return
         version = ((new or {}).get("metadata") or {}).get("resourceVersion")
         if state.published is not None and version == state.published.resource_version:
+            # Our own write come back: one copy of its text is enough, the cache's.
+            text = ((new or {}).get("data") or {}).get(CONFIGMAP_KEY)
+            if state.published.text is not None and text is not None:
+                state.published.text = text
             return
         state.published = None
         self._enqueue(state)
@@ -408,6 +413,7 @@ class Controller:
                     body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced"
                 )
             state.reported_problem = problem
+        previous = state.published.document
         spec = dict(body.get("spec") or {})
         pods = self.pods.candidates(ns, _selector(spec))
         nodes = {p.node_name for p in pods if p.node_name}
@@ -420,12 +426,12 @@ class Controller:
             routes=self._topic_routes.get(ns, {}),
             pods=pods,
             node_labels={n: self.node_labels[n] for n in nodes if n in self.node_labels},
-            previous=state.published.document,
+            previous=previous,
             now=self.clock(),
             generation=int(body["metadata"].get("generation") or 0),
             status=state.written_status or {},
             acks=decode_acks(releases.get("data")),
-            alive=self._alive(ns, state.published.document),
+            alive=self._alive(ns, previous),
         )
         computing = time.perf_counter()
         outcome = reconcile(observed)

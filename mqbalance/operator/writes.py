@@ -44,17 +44,28 @@ notices, as client-go's event broadcaster paces its own."""
 EVENT_BURST = 50
 
 
-@dataclass
+@dataclass(slots=True)
 class Published:
-    """The assignment ConfigMap as last read or written."""
+    """The assignment ConfigMap as last read or written.
 
-    document: AssignmentDocument | None
+    The document is kept as its text and decoded when a reconcile needs it: decoded, it takes
+    several times the memory of its text, and between reconciles nothing reads it. The text is
+    the watch cache's own string once the ConfigMap comes back through the watch (one copy).
+    """
+
+    text: str | None
+    """The document's JSON; None when there is none or it cannot be read."""
     resource_version: str | None
     """None when the ConfigMap does not exist."""
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     problem: str | None = None
     """Why the existing document could not be read (it is then treated as absent)."""
+
+    @property
+    def document(self) -> AssignmentDocument | None:
+        """The document, decoded afresh (a read text was checked when it was read)."""
+        return None if self.text is None else AssignmentDocument.decode(self.text)
 
 
 def published_from(obj: Mapping[str, Any] | None) -> Published:
@@ -63,19 +74,18 @@ def published_from(obj: Mapping[str, Any] | None) -> Published:
         return Published(None, None)
     meta = obj.get("metadata") or {}
     published = Published(
-        None,
-        meta.get("resourceVersion"),
-        dict(meta.get("labels") or {}),
-        dict(meta.get("annotations") or {}),
+        None, meta.get("resourceVersion"), meta.get("labels") or {}, meta.get("annotations") or {}
     )
     text = (obj.get("data") or {}).get(CONFIGMAP_KEY)
     if text is None:
         published.problem = f"ConfigMap {meta.get('name', '')} has no key {CONFIGMAP_KEY}"
         return published
     try:
-        published.document = AssignmentDocument.decode(text)
+        AssignmentDocument.decode(text)
     except DocumentError as e:
         published.problem = f"ConfigMap {meta.get('name', '')}: {e}"
+    else:
+        published.text = text
     return published
 
 
@@ -164,10 +174,10 @@ class Writer:
             raise Conflict(409, f"ConfigMap {configmap_name(meta['name'])} changed meanwhile") from None
         written = obj.get("metadata") or {}
         return Published(
-            document,
+            body["data"][CONFIGMAP_KEY],
             written.get("resourceVersion"),
-            dict(written.get("labels") or {}),
-            dict(written.get("annotations") or {}),
+            written.get("labels") or {},
+            written.get("annotations") or {},
         )
 
     async def remove_finalizer(
