@@ -2,6 +2,7 @@
 list-and-watch informer, and Lease locks. Nothing else in the product talks to the API server."""
 
 from mqbalance.kube.client import MERGE_PATCH, ApiError, Conflict, Gone, KubeClient
+from mqbalance.kube.compact import compact
 from mqbalance.kube.informer import Backoff, Informer, Key, object_key
 from mqbalance.kube.lease import LeaseElector, LeaseLock, default_identity, parse_micro_time
 
@@ -16,6 +17,7 @@ __all__ = [
     "KubeClient",
     "LeaseElector",
     "LeaseLock",
+    "compact",
     "default_identity",
     "object_key",
     "parse_micro_time",

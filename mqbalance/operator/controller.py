@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqbalance.contract import (
-    CONFIGMAP_KEY,
     CONSUMER_GROUPS,
     GROUP_LABEL,
     TOPICS,
@@ -185,6 +184,8 @@ class Controller:
             return
         changed = old is None or old["metadata"].get("generation") != new["metadata"].get("generation")
         state.body = new
+        if state.written_status is not None and new.get("status") == state.written_status:
+            state.written_status = new["status"]  # our status patch come back: one copy, the cache's
         if changed or old is None or old["metadata"].get("uid") != new["metadata"].get("uid"):
             self._enqueue(state)
 
@@ -273,10 +274,7 @@ class Controller:
             return
         version = ((new or {}).get("metadata") or {}).get("resourceVersion")
         if state.published is not None and version == state.published.resource_version:
-            # Our own write come back: one copy of its text is enough, the cache's.
-            text = ((new or {}).get("data") or {}).get(CONFIGMAP_KEY)
-            if state.published.text is not None and text is not None:
-                state.published.text = text
+            state.published.share_text(new)  # our own write come back: one copy of its text
             return
         state.published = None
         self._enqueue(state)
@@ -445,6 +443,7 @@ class Controller:
             state.releases_made = True
         if outcome.document is not None:
             state.published = await self.writer.publish(body, outcome.document, state.published)
+            state.published.share_text(self.configmaps.get((ns, configmap_name(name))))  # back already?
             if outcome.journal is not None:
                 self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
             self.metrics.rebalances.labels(outcome.document.reason).inc()
@@ -455,7 +454,9 @@ class Controller:
             await self.writer.patch_status(
                 ns, CONSUMER_GROUPS, name, merge_patch(state.written_status, outcome.status)
             )
-            state.written_status = outcome.status
+            # The watch may have brought the patched status back already: keep that copy then.
+            cached = state.body.get("status")
+            state.written_status = cached if cached == outcome.status else outcome.status
         state.invalid = outcome.invalid
         for note in outcome.notes:
             self.writer.post_event(body, note.type, note.reason, note.message)

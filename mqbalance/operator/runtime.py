@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, TOPICS
-from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, default_identity
+from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, compact, default_identity
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import pod_info
@@ -227,7 +227,8 @@ def _present(body: Mapping[str, Any]) -> bool:
 
 
 def node_labels(body: Mapping[str, Any]) -> dict[str, str]:
-    return dict((body.get("metadata") or {}).get("labels") or {})
+    labels: dict[str, str] = compact((body.get("metadata") or {}).get("labels") or {})
+    return labels
 
 
 def _meta(body: Mapping[str, Any], *keys: str) -> dict[str, Any]:
@@ -237,31 +238,37 @@ def _meta(body: Mapping[str, Any], *keys: str) -> dict[str, Any]:
 
 def group_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the operator keeps of a ConsumerGroup: what it reconciles from and what its writes need."""
-    return {
-        "kind": body.get("kind"),
-        "metadata": _meta(body, "namespace", "name", "uid", "generation", "finalizers"),
-        "spec": body.get("spec") or {},
-        "status": body.get("status") or {},
-    }
+    snapshot: dict[str, Any] = compact(
+        {
+            "kind": body.get("kind"),
+            "metadata": _meta(body, "namespace", "name", "uid", "generation", "finalizers"),
+            "spec": body.get("spec") or {},
+            "status": body.get("status") or {},
+        }
+    )
+    return snapshot
 
 
 def topic_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     status = body.get("status") or {}
-    return {
-        "metadata": _meta(body, "namespace", "name", "generation"),
-        "spec": body.get("spec") or {},
-        # Only what the operator writes there: to tell whether it must write it again.
-        "status": {k: status[k] for k in TOPIC_STATUS_FIELDS if k in status},
-    }
+    snapshot: dict[str, Any] = compact(
+        {
+            "metadata": _meta(body, "namespace", "name", "generation"),
+            "spec": body.get("spec") or {},
+            # Only what the operator writes there: to tell whether it must write it again.
+            "status": {k: status[k] for k in TOPIC_STATUS_FIELDS if k in status},
+        }
+    )
+    return snapshot
 
 
 def configmap_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     """What a rewrite keeps (labels, annotations) and the data; not owners, managed fields, times."""
     meta = body.get("metadata") or {}
-    return {
-        "metadata": {k: meta[k] for k in CONFIGMAP_FIELDS if k in meta},
-        "data": dict(body.get("data") or {}),
-    }
+    snapshot: dict[str, Any] = compact(
+        {"metadata": {k: meta[k] for k in CONFIGMAP_FIELDS if k in meta}, "data": body.get("data") or {}}
+    )
+    return snapshot
 
 
 async def run_with_kopf(config: OperatorConfig) -> int:

@@ -67,6 +67,13 @@ class Published:
         """The document, decoded afresh (a read text was checked when it was read)."""
         return None if self.text is None else AssignmentDocument.decode(self.text)
 
+    def share_text(self, configmap: Mapping[str, Any] | None) -> None:
+        """Keep the watch cache's copy of the text when ``configmap`` is this same version."""
+        if configmap is None or self.text is None:
+            return
+        if (configmap.get("metadata") or {}).get("resourceVersion") == self.resource_version:
+            self.text = (configmap.get("data") or {}).get(CONFIGMAP_KEY) or self.text
+
 
 def published_from(obj: Mapping[str, Any] | None) -> Published:
     """A ConfigMap as read (a GET or the watch cache); None is one that does not exist."""

@@ -557,3 +557,30 @@ async def test_a_group_deleted_while_its_reconcile_waits_is_not_filed_again() ->
         await h.settle()
         assert c.groups == {}
         assert h.published_generations() == [1]  # the write in flight completed; nothing after it
+
+
+async def test_what_comes_back_through_the_watch_is_kept_once_and_the_next_reconcile_reads_it() -> None:
+    async with Harness() as h:
+        await start(h, group(debounce=0.0), [pod("p1")])
+        state = h.controller.groups[(NS, "g")]
+        assert state.published is not None
+        assert state.written_status
+        # The watch brings the ConfigMap and the status back as new objects with equal contents.
+        written = h.api.objects[f"{CM_PATH}/{configmap_name('g')}"]
+        echo = {
+            "metadata": dict(written["metadata"]),
+            "data": {k: "".join(v) for k, v in written["data"].items()},
+        }
+        h.controller.on_configmap((NS, configmap_name("g")), None, echo)
+        body = {**group(debounce=0.0), "status": {**state.written_status}}
+        h.controller.on_group((NS, "g"), group(debounce=0.0), body)
+        assert state.published.text is echo["data"]["assignment.json"]
+        assert state.written_status is body["status"]
+        await h.settle()
+        assert h.published_generations() == [1], "our own writes coming back change nothing"
+        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+        assert h.journal.records[-1].reason == "member-joined"
+        assert state.published.document is not None
+        assert state.published.document.members.keys() == {"p1", "p2"}
