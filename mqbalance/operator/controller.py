@@ -78,7 +78,7 @@ class GroupState:
     invalid: bool = False
     selector: LabelSelector | None = None
     """None until reconciled, and while the spec does not parse: any pod change may matter then."""
-    topics: frozenset[str] = frozenset()
+    topics: Collection[str] = ()
     nodes: Collection[str] = ()
     """Nodes of the pods the selector matched at the last reconcile."""
     pods: Collection[str] = ()
@@ -274,7 +274,7 @@ class Controller:
             return
         version = ((new or {}).get("metadata") or {}).get("resourceVersion")
         if state.published is not None and version == state.published.resource_version:
-            state.published.share_text(new)  # our own write come back: one copy of its text
+            state.published.share(new)  # our own write come back: keep one copy
             return
         state.published = None
         self._enqueue(state)
@@ -443,7 +443,7 @@ class Controller:
             state.releases_made = True
         if outcome.document is not None:
             state.published = await self.writer.publish(body, outcome.document, state.published)
-            state.published.share_text(self.configmaps.get((ns, configmap_name(name))))  # back already?
+            state.published.share(self.configmaps.get((ns, configmap_name(name))))  # back already?
             if outcome.journal is not None:
                 self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
             self.metrics.rebalances.labels(outcome.document.reason).inc()
@@ -485,9 +485,7 @@ class Controller:
         if self.groups.get((state.namespace, state.name)) is not state:
             return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
         topics = spec.get("topics")
-        state.topics = (
-            frozenset(t for t in topics if isinstance(t, str)) if isinstance(topics, list) else frozenset()
-        )
+        state.topics = _small_set(t for t in topics if isinstance(t, str)) if isinstance(topics, list) else ()
         if outcome.spec is None:
             state.selector = None  # unparseable: any change in the namespace may matter
             self._route(state, None)

@@ -67,11 +67,15 @@ class Published:
         """The document, decoded afresh (a read text was checked when it was read)."""
         return None if self.text is None else AssignmentDocument.decode(self.text)
 
-    def share_text(self, configmap: Mapping[str, Any] | None) -> None:
-        """Keep the watch cache's copy of the text when ``configmap`` is this same version."""
-        if configmap is None or self.text is None:
+    def share(self, configmap: Mapping[str, Any] | None) -> None:
+        """Keep the watch cache's copies of the text, labels and annotations when ``configmap`` is
+        this same version (our own write come back)."""
+        meta = (configmap or {}).get("metadata") or {}
+        if configmap is None or meta.get("resourceVersion") != self.resource_version:
             return
-        if (configmap.get("metadata") or {}).get("resourceVersion") == self.resource_version:
+        self.labels = meta.get("labels") or {}
+        self.annotations = meta.get("annotations") or {}
+        if self.text is not None:
             self.text = (configmap.get("data") or {}).get(CONFIGMAP_KEY) or self.text
 
 
