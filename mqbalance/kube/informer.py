@@ -28,7 +28,11 @@ Key = tuple[str, str]
 OnChange = Callable[[Key, "T | None", "T | None"], None]
 """(key, old, new): None for old when added, for new when deleted."""
 
-PAGE_SIZE = 500
+PAGE_SIZE = 100
+"""Objects a listing asks for at once. A page is decoded whole and mostly thrown away (a cache keeps
+what ``transform`` makes of it); the few objects kept are scattered over the memory the page took,
+which the allocator cannot give back while they live. Pages of 500 left an operator of 1,000
+groups 15 MiB larger than pages of 100 (docs/benchmarks.md); 100 costs a few more requests."""
 WATCH_SECONDS = 290
 """Server-side timeout of one watch request, below the read timeout so a silent stall is caught."""
 READ_TIMEOUT = WATCH_SECONDS + 40.0
