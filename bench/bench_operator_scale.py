@@ -385,6 +385,7 @@ def main() -> int:
             healthy_at = healthy_at or published.all_at
             cold_cpu = cpu_seconds(operator.pid)
             cold_rss = rss_mib(operator.pid)
+            cold_reconciles = operator.reconciles()
             stop_profiler(profiler)
             profiler = None
             cold = published.all_at - spawned
@@ -582,6 +583,11 @@ def main() -> int:
             f"{restart_cpu / restart:.0%} of one core",
         ],
         ["operator CPU during the cold start", f"{cold_cpu:.1f} s", f"{cold_cpu / cold:.0%} of one core"],
+        [
+            "group reconciles during the cold start",
+            str(cold_reconciles),
+            f"{cold_reconciles / args.groups:.2f} per group",
+        ],
         ["operator memory (RSS) after the cold start", f"{cold_rss:.0f} MiB", ""],
         [
             "  per group (RSS / groups; beside an idle operator's RSS)",

@@ -88,6 +88,8 @@ class GroupState:
     conflicts: int = 0
     releases_made: bool = False
     """Its releases ConfigMap was created (or found): not asked for again while the watch catches up."""
+    writing: list[str | None] | None = None
+    """While its ConfigMap is being written: the versions the watch brought meanwhile (None: deleted)."""
     routing: tuple[str, str] | None = None
     """The label pair this group is found under when a pod changes (None: every pod may concern it)."""
 
@@ -273,6 +275,10 @@ class Controller:
             self._enqueue(state)
             return
         version = ((new or {}).get("metadata") or {}).get("resourceVersion")
+        if state.writing is not None:
+            # Most likely our write's own echo, ahead of its answer: judged once it is answered.
+            state.writing.append(version)
+            return
         if state.published is not None and version == state.published.resource_version:
             state.published.share(new)  # our own write come back: keep one copy
             return
@@ -442,8 +448,16 @@ class Controller:
             await self.writer.ensure_releases(body)
             state.releases_made = True
         if outcome.document is not None:
-            state.published = await self.writer.publish(body, outcome.document, state.published)
-            state.published.share(self.configmaps.get((ns, configmap_name(name))))  # back already?
+            state.writing = []
+            try:
+                state.published = await self.writer.publish(body, outcome.document, state.published)
+            finally:
+                seen, state.writing = state.writing, None
+            if all(version == state.published.resource_version for version in seen):
+                state.published.share(self.configmaps.get((ns, configmap_name(name))))  # back already?
+            else:  # changed or deleted by someone else right after our write: read it again
+                state.published = None
+                self._enqueue(state)
             if outcome.journal is not None:
                 self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
             self.metrics.rebalances.labels(outcome.document.reason).inc()

@@ -30,7 +30,7 @@ from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.scopes import NamespaceScopes
 from mqbalance.operator.settings import OperatorConfig
-from mqbalance.operator.shards import Shards, ShardSetCheck, run_shards
+from mqbalance.operator.shards import ShardChanges, Shards, ShardSetCheck, run_shards
 from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
@@ -109,11 +109,13 @@ class Runtime:
             def busy(shard: int) -> bool:
                 return any(shards.shard(ns, name) == shard for _, ns, name in controller.queue.active())
 
-            def changed(gained: frozenset[int], lost: frozenset[int]) -> None:
+            def changed(step: ShardChanges) -> None:
                 if scopes is not None:
                     scopes.update()  # a namespace's groups are worked on once it is listed
-                if gained:
-                    controller.resync(lambda ns, name: shards.shard(ns, name) in gained)
+                if step.gained or step.retry:
+                    controller.resync(
+                        lambda ns, name: shards.shard(ns, name) in step.gained or (ns, name) in step.retry
+                    )
 
             self._tasks.append(asyncio.create_task(run_shards(shards, busy, changed), name="shards"))
         elif config.leader_election and config.lease_namespace:

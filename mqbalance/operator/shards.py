@@ -28,7 +28,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
 from mqbalance.kube import ApiError, KubeClient, LeaseLock, parse_micro_time
@@ -60,6 +60,17 @@ def member_lease_name(prefix: str, identity: str) -> str:
     if not suffix.replace("-", "").isalnum() or len(prefix) + len(suffix) > 240:
         suffix = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
     return f"{prefix}-member-{suffix}"
+
+
+class ShardChanges(NamedTuple):
+    """What one step of :class:`Shards` changed."""
+
+    gained: frozenset[int]
+    """Shards newly held: every group of theirs is due."""
+    lost: frozenset[int]
+    """Shards no longer worked on here."""
+    retry: frozenset[tuple[str, str]]
+    """(namespace, name) of work refused on shards that were renewed late and are held again."""
 
 
 class Shards:
@@ -109,11 +120,12 @@ class Shards:
         self.members: tuple[str, ...] = ()
         """The live replicas at the last step, sorted."""
         self._seen: dict[str, tuple[object, float]] = {}
-        self._refused: set[int] = set()
+        self._refused: dict[int, set[tuple[str, str]]] = {}
+        """Shard -> (namespace, name) of the work refused on it since the last step (its Lease was not
+        renewed in time)."""
         self._announcing = True
         self.conflict = ""
         """Why this replica works on nothing now (another shard count or a single leader is live)."""
-        """Shards of ours that work was refused on since the last step (their Lease was not held)."""
 
     def shard(self, namespace: str, name: str) -> int:
         return shard_of(namespace, name, self.count, self.by)
@@ -125,7 +137,7 @@ class Shards:
             return False  # its owner works on it; should it become ours, it is gained then
         if self.locks[shard].held:
             return True
-        self._refused.add(shard)
+        self._refused.setdefault(shard, set()).add((namespace, name))
         return False
 
     def plan(self, members: tuple[str, ...]) -> frozenset[int]:
@@ -134,17 +146,16 @@ class Shards:
             return frozenset()
         return frozenset(i for i in range(self.count) if members[i % len(members)] == self.identity)
 
-    async def step(self, busy: Callable[[int], bool]) -> tuple[frozenset[int], frozenset[int]]:
-        """Renew, look at the members, take and give up shards; (gained, lost) shards.
+    async def step(self, busy: Callable[[int], bool]) -> ShardChanges:
+        """Renew, look at the members, take and give up shards.
 
         ``busy(shard)`` says whether work on that shard is still in flight: a shard leaving the
         plan is released only once it is not.
         """
         before = self.owned
         # Work refused on a shard of ours whose Lease was not renewed in time (a busy loop, a slow
-        # API server) was skipped: once renewed, the shard counts as gained again, so its groups
-        # are looked at afresh.
-        refused, self._refused = self._refused, set()
+        # API server) was skipped: once renewed, that work is due again.
+        refused, self._refused = self._refused, {}
         await self.member.try_hold()
         self.members = await self._live_members()
         if self._announcing:
@@ -152,7 +163,7 @@ class Shards:
             # Deployment, a cold start) see each other before anyone takes a shard, rather than
             # the first one taking them all and handing most over a step later.
             self._announcing = False
-            return frozenset(), frozenset()
+            return ShardChanges(frozenset(), frozenset(), frozenset())
         wanted = frozenset() if self.conflict else self.plan(self.members)
 
         async def keep(shard: int, lock: LeaseLock) -> bool:
@@ -168,11 +179,11 @@ class Shards:
         # All at once: a busy API server delays one step by one round trip, not one per shard.
         held = await asyncio.gather(*(keep(shard, lock) for shard, lock in enumerate(self.locks)))
         self.owned = frozenset(shard for shard, ok in enumerate(held) if ok)
-        gained, lost = (self.owned - before) | (self.owned & refused), before - self.owned
-        if self.owned & refused:
+        gained, lost = self.owned - before, before - self.owned
+        renewed = (self.owned & refused.keys()) - gained
+        if renewed:
             logger.warning(
-                "shards %s were not renewed in time and work on them waited; it runs now",
-                sorted(self.owned & refused),
+                "shards %s were not renewed in time and work on them waited; it runs now", sorted(renewed)
             )
         if gained or lost:
             logger.info(
@@ -181,7 +192,7 @@ class Shards:
                 self.count,
                 ", ".join(self.members),
             )
-        return gained, lost
+        return ShardChanges(gained, lost, frozenset(key for shard in renewed for key in refused[shard]))
 
     async def stop(self) -> None:
         """Give every shard up at once and leave the member list (a clean shutdown)."""
@@ -339,14 +350,15 @@ class ShardSetCheck:
 
 
 async def run_shards(
-    shards: Shards,
-    busy: Callable[[int], bool],
-    on_change: Callable[[frozenset[int], frozenset[int]], None],
+    shards: Shards, busy: Callable[[int], bool], on_change: Callable[[ShardChanges], None]
 ) -> None:
-    """Step every third of the duration until cancelled; ``on_change(gained, lost)`` when the
-    shards held changed."""
+    """ShardChanges every third of the duration until cancelled; ``on_change`` when a step changed anything.
+
+    At a fixed rate, not a fixed pause: a step that waited on a busy API server must not push the
+    next renewal past the two thirds of the duration after which a shard counts as lost."""
     while True:
-        gained, lost = await shards.step(busy)
-        if gained or lost:
-            on_change(gained, lost)
-        await asyncio.sleep(shards.duration / 3)
+        started = time.monotonic()
+        step = await shards.step(busy)
+        if step.gained or step.lost or step.retry:
+            on_change(step)
+        await asyncio.sleep(max(0.0, shards.duration / 3 - (time.monotonic() - started)))

@@ -584,3 +584,50 @@ async def test_what_comes_back_through_the_watch_is_kept_once_and_the_next_recon
         assert h.journal.records[-1].reason == "member-joined"
         assert state.published.document is not None
         assert state.published.document.members.keys() == {"p1", "p2"}
+
+
+class WriteGatedApi(FakeApi):
+    """ConfigMap creates are stored at once but answered only when ``gate`` is set: the watch can
+    bring a write back before its answer, as it does under load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        stored = await super().create(path, body)
+        if path == CM_PATH:
+            await self.gate.wait()
+        return stored
+
+
+def watched(api: FakeApi, name: str) -> dict[str, Any]:
+    written = api.objects[f"{CM_PATH}/{name}"]
+    return {"metadata": dict(written["metadata"]), "data": dict(written["data"])}
+
+
+@pytest.mark.parametrize("foreign", [False, True], ids=["own-echo", "changed-right-after"])
+async def test_a_configmap_event_during_its_write_is_judged_once_the_write_is_answered(foreign: bool) -> None:
+    """Our own write seen through the watch before its answer is not a change to reconcile again;
+    someone else's write right after ours is."""
+    async with Harness() as h:
+        api = h.api = WriteGatedApi()
+        h.controller.writer = Writer(api)  # type: ignore[arg-type]
+        c = h.controller
+        c.on_topic((NS, "t"), None, TOPIC)
+        c.on_pod((NS, "p1"), None, pod("p1"))
+        c.on_group((NS, "g"), None, group(debounce=0.0))
+        c.synced.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        key = (NS, configmap_name("g"))
+        c.on_configmap(key, None, watched(api, key[1]))  # the echo, while the create waits
+        if foreign:
+            api.foreign_write(f"{CM_PATH}/{key[1]}")
+            c.on_configmap(key, None, watched(api, key[1]))
+        api.gate.set()
+        await h.settle()
+        assert h.published_generations() == [1]
+        reconciles = h.counter("mqbalance_reconciles_total", result="published")
+        reconciles += h.counter("mqbalance_reconciles_total", result="unchanged")
+        assert reconciles == (2 if foreign else 1)
