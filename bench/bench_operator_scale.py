@@ -490,11 +490,12 @@ def main() -> int:
                     # The work split: each replica's CPU for the cold start, beside the single one's.
                     sharded_cpu = [cpu_seconds(replica.pid) for replica in replicas]
                     sharded_rss = [rss_mib(replica.pid) for replica in replicas]
-                    sharded_groups = [len(published_groups(replica)) for replica in replicas]
                     sharded_reconciles = [replica.reconciles() for replica in replicas]
                 finally:
                     for replica in replicas:
                         replica.stop()
+                # From the journals once the replicas stopped: a journal line follows its write.
+                sharded_groups = [len(published_groups(replica)) for replica in replicas]
         except BaseException:
             print(f"operator log tail:\n{operator.tail(60)}", file=sys.stderr)
             raise

@@ -418,6 +418,7 @@ class Controller:
                 )
             state.reported_problem = problem
         previous = state.published.document
+        state.published.decoded = None  # between reconciles only its text is kept
         spec = dict(body.get("spec") or {})
         pods = self.pods.candidates(ns, _selector(spec))
         nodes = {p.node_name for p in pods if p.node_name}

@@ -61,10 +61,14 @@ class Published:
     annotations: Mapping[str, str] = field(default_factory=dict)
     problem: str | None = None
     """Why the existing document could not be read (it is then treated as absent)."""
+    decoded: AssignmentDocument | None = None
+    """The document as decoded when it was read, until the reconcile that reads it drops it."""
 
     @property
     def document(self) -> AssignmentDocument | None:
-        """The document, decoded afresh (a read text was checked when it was read)."""
+        """The document (decoded afresh unless just read; a read text was checked when it was read)."""
+        if self.decoded is not None:
+            return self.decoded
         return None if self.text is None else AssignmentDocument.decode(self.text)
 
     def share(self, configmap: Mapping[str, Any] | None) -> None:
@@ -92,7 +96,7 @@ def published_from(obj: Mapping[str, Any] | None) -> Published:
         published.problem = f"ConfigMap {meta.get('name', '')} has no key {CONFIGMAP_KEY}"
         return published
     try:
-        AssignmentDocument.decode(text)
+        published.decoded = AssignmentDocument.decode(text)
     except DocumentError as e:
         published.problem = f"ConfigMap {meta.get('name', '')}: {e}"
     else:
