@@ -52,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     Arrivals,
+    CpuLimit,
     Watch,
     cpu_seconds,
     create_group,
@@ -308,6 +309,12 @@ def main() -> int:
     p.add_argument(
         "--shard-by", choices=["group", "namespace"], default="group", help="the replicas' --shard-by"
     )
+    p.add_argument(
+        "--operator-cpu",
+        type=float,
+        metavar="CORES",
+        help="limit each operator process to this much CPU, as a pod's limits.cpu would (a cgroup: root)",
+    )
     p.add_argument("--profile", action="store_true", help="sample the operator's cold start with py-spy")
     p.add_argument("--profile-raw", type=Path, help="also keep py-spy's collapsed stacks in this file")
     args = p.parse_args()
@@ -355,6 +362,14 @@ def main() -> int:
             else:
                 on_configmap(at, kind, obj)
 
+        limits: list[CpuLimit] = []
+
+        def limit(process: OperatorProcess) -> None:
+            """Each operator process in a cgroup of its own, as each pod would have its limit."""
+            if args.operator_cpu:
+                limits.append(CpuLimit(f"mqbalance-bench-{process.pid}", args.operator_cpu))
+                limits[-1].add(process.pid)
+
         watch = Watch(cluster, "/api/v1/configmaps", on_any_configmap)
         watch.start()
         scope = ["--all-namespaces"] if len(namespaces) > 1 else []
@@ -366,6 +381,7 @@ def main() -> int:
         raw_restart = workdir / "profile-restart.txt"
         try:
             operator.spawn()
+            limit(operator)
             spawned = operator.started_at
             if args.profile:
                 assert py_spy is not None
@@ -426,6 +442,7 @@ def main() -> int:
                 cluster, [] if scope else namespaces, workdir, "--log-level", "WARNING", *scope
             )
             restarted.spawn()
+            limit(restarted)
             operator = restarted
             if args.profile:
                 assert py_spy is not None
@@ -475,6 +492,7 @@ def main() -> int:
                     )
                 for replica in replicas:
                     replica.spawn()
+                    limit(replica)
                 try:
                     deadline = time.monotonic() + 3600
                     progress(f"cold start: {args.replicas} replicas, {args.shards} shards")
@@ -503,6 +521,8 @@ def main() -> int:
             if profiler is not None and profiler.poll() is None:
                 profiler.kill()
             operator.stop()
+            for cgroup in limits:
+                cgroup.remove()
 
         # The floor: what a first publish must write per group (its ConfigMap, its status), with the
         # operator's own client and concurrency, for the same number of groups in a fresh namespace.
@@ -547,6 +567,8 @@ def main() -> int:
         f"{len(namespaces)} namespace(s), {len(ZONES) * NODES_PER_ZONE} nodes in {len(ZONES)} zones; "
         "API server, etcd, controller manager, operator and bench share the machine"
     )
+    if args.operator_cpu:
+        print(f"each operator process limited to {args.operator_cpu:g} of a core (a cgroup's CFS quota)")
     print()
     print(
         table(

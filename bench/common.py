@@ -317,3 +317,42 @@ def bench_sidecar(
         metrics=False,
         env={"MQBALANCE_LOG_LEVEL": "WARNING"},
     )  # fmt: skip
+
+
+# -- CPU limits -----------------------------------------------------------------------------------
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
+
+
+class CpuLimit:
+    """A cgroup that caps the processes put in it at ``cores`` of CPU, as a container's
+    ``resources.limits.cpu`` does (the CFS quota; cgroup v2's cpu.max, or v1's cpu controller).
+
+    Needs write access to the cgroup tree (root, outside a container that hides it)."""
+
+    def __init__(self, name: str, cores: float) -> None:
+        v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
+        self.path = (CGROUP_ROOT if v2 else CGROUP_ROOT / "cpu") / name
+        try:
+            self.path.mkdir()
+            quota = str(max(1000, round(cores * CPU_PERIOD_US)))
+            if v2:
+                (self.path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+            else:
+                (self.path / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (self.path / "cpu.cfs_quota_us").write_text(quota)
+        except OSError as e:
+            raise SystemExit(f"cannot make a CPU-limited cgroup at {self.path} ({e}): run as root") from e
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        """Delete the cgroup once its processes have ended."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
