@@ -104,12 +104,7 @@ def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
 
     # No group was published by two replicas at once: every generation once, by one replica.
     watcher.assert_clean()
-    seen = Counter((r.group, r.generation) for op in replicas for r in op.journal_records())
-    twice = [key for key, n in seen.items() if n > 1]
-    assert not twice, f"generations published by two replicas: {twice}"
-    for op in survivors:
-        assert op.alive
-        assert op.metric("mqbalance_reconcile_errors_total", kind="conflict") == 0, op.tail(100)
+    seen = assert_one_writer(replicas, survivors)
     print(
         f"shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION} shards={SHARDS}",
         f"orphaned_groups={len(orphaned)} generations={len(seen)}",
@@ -201,12 +196,7 @@ def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
         # No group was published by two replicas at once: every generation once, by one replica.
         for w in watchers:
             w.assert_clean()
-        seen = Counter((r.namespace, r.group, r.generation) for op in replicas for r in op.journal_records())
-        twice = [key for key, n in seen.items() if n > 1]
-        assert not twice, f"generations published by two replicas: {twice}"
-        for op in survivors:
-            assert op.alive
-            assert op.metric("mqbalance_reconcile_errors_total", kind="conflict") == 0, op.tail(100)
+        assert_one_writer(replicas, survivors)
         print(
             f"namespace shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION}",
             f"shards={SHARDS} namespaces={len(churns)} orphaned_namespaces={len(orphaned)}",
@@ -257,3 +247,17 @@ def wait_watching(
         )
 
     wait_for(what, watching, 30)
+
+
+def assert_one_writer(
+    replicas: list[OperatorProcess], survivors: list[OperatorProcess]
+) -> Counter[tuple[str, str, int]]:
+    """Every (namespace, group, generation) in one replica's journal only, and no survivor had a write
+    conflict: no group was published by two replicas at once. The generations seen."""
+    seen = Counter((r.namespace, r.group, r.generation) for op in replicas for r in op.journal_records())
+    twice = [key for key, n in seen.items() if n > 1]
+    assert not twice, f"generations published by two replicas: {twice}"
+    for op in survivors:
+        assert op.alive
+        assert op.metric("mqbalance_reconcile_errors_total", kind="conflict") == 0, op.tail(100)
+    return seen
