@@ -122,6 +122,19 @@ def group_status(node: RealNode, namespace: str = NAMESPACE, group: str = GROUP)
     return result
 
 
+def group_status_for(
+    node: RealNode, generation: int, namespace: str = NAMESPACE, group: str = GROUP, timeout: float = 60
+) -> dict[str, Any]:
+    """The group's status once it describes assignment ``generation``: the operator writes the
+    status after the ConfigMap, so a status read at once may describe the generation before."""
+
+    def current() -> dict[str, Any] | None:
+        status = group_status(node, namespace, group)
+        return status if status.get("assignmentGeneration") == generation else None
+
+    return wait_for(f"the status of generation {generation}", current, timeout, 0.5)
+
+
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
 

@@ -94,6 +94,20 @@ def read_document(api: client.ApiClient, namespace: str, group: str) -> Assignme
     return AssignmentDocument.decode((cm.data or {})[CONFIGMAP_KEY])
 
 
+def status_for(api: client.ApiClient, namespace: str, group: str, generation: int) -> dict[str, Any]:
+    """The group's status once it describes assignment ``generation`` (``status.assignmentGeneration``).
+
+    The operator writes the status after the ConfigMap, so a status read at once after a new
+    generation shows in the ConfigMap may still describe the generation before it.
+    """
+
+    def probe() -> dict[str, Any] | None:
+        status = status_of(api, namespace, group)
+        return status if status.get("assignmentGeneration") == generation else None
+
+    return wait_for(f"{namespace}/{group} status of generation {generation}", probe)
+
+
 def wait_generation(api: client.ApiClient, namespace: str, group: str, at_least: int) -> AssignmentDocument:
     """The group's document once its generation reaches ``at_least`` and status agrees."""
 

@@ -21,6 +21,7 @@ from harness.node_workload import (
     assignment,
     condition,
     group_status,
+    group_status_for,
     journal,
     kubectl_json,
     pods,
@@ -79,7 +80,7 @@ def test_a_missing_image_stalls_the_rollout_and_the_status_says_why(
         # maxUnavailable 1: one old pod goes, the new ones never start; three members remain.
         doc = wait_members(node, 3)
         assert set(doc.members) < four_members
-        status = group_status(node)
+        status = group_status_for(node, doc.generation)
         stuck = [p for p in status["notServingPods"] if p["reason"] == "ErrImageNeverPull"]
         assert stuck
         assert "localhost/mqbalance:missing" in stuck[0]["message"]

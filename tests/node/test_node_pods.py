@@ -95,9 +95,11 @@ def test_consumers_scale_3_5_4_and_each_sidecar_serves_its_own_pod(node: RealNod
         check_each_sidecar(node, doc)
 
     # The scaled-down pod leaves at once; it shows as Terminating until the kubelet is done with it.
+    # (The status is written after the ConfigMap: only the status of the last generation counts.)
     def settled() -> dict[str, object] | None:
         status = group_status(node)
-        return status if status["notServing"] == 0 else None
+        current = status.get("assignmentGeneration") == doc.generation
+        return status if current and status["notServing"] == 0 else None
 
     status = wait_for("no pod left not serving", settled, 60, 0.5)
     assert status["members"] == 4
@@ -114,7 +116,9 @@ def test_a_failing_readiness_probe_takes_the_pod_out_until_it_passes(node: RealN
         doc = assignment(node)
         status = group_status(node)
         listed = {p["name"]: p["reason"] for p in status.get("notServingPods", [])}
-        return status if doc and victim not in doc.members and listed.get(victim) == "NotReady" else None
+        if not doc or victim in doc.members or status.get("assignmentGeneration") != doc.generation:
+            return None
+        return status if listed.get(victim) == "NotReady" else None
 
     status = wait_for(f"{victim} out of the group after its readiness probe failed", left, 60, 0.5)
     assert status["members"] == 3

@@ -19,7 +19,7 @@ from tests.integration.operator_support import (
     apply_topic,
     condition,
     events_of,
-    status_of,
+    status_for,
     wait_generation,
 )
 
@@ -87,7 +87,7 @@ def test_every_strategy_publishes_what_the_core_computes(
     assert dict(doc.topics["TopicOrders"]) == expected
     check_document(doc, {"TopicOrders": route.readable_queues()})
 
-    status = status_of(module_api, ns, f"orders-{key}")
+    status = status_for(module_api, ns, f"orders-{key}", doc.generation)
     assert status["members"] == 5
     assert status["queues"] == 12
     assert condition(status, "Ready")["status"] == "True"
@@ -111,7 +111,7 @@ def test_hand_checked_avg_example(
     doc = wait_generation(module_api, ns, "small", 1)
     got = {m: [q.queue_id for q in qs] for m, qs in doc.topics["small"].items()}
     assert got == {"small-0": [0, 1, 2], "small-1": [3, 4, 5], "small-2": [6, 7]}
-    status = status_of(module_api, ns, "small")
+    status = status_for(module_api, ns, "small", doc.generation)
     assert (status["minLoad"], status["maxLoad"]) == (2, 3)
     assert condition(status, "Balanced")["status"] == "True"
 
@@ -128,7 +128,7 @@ def test_pod_on_node_without_zone_is_in_unknown_zone(
     )
     doc = wait_generation(module_api, ns, "nozone", 1)
     assert doc.members == {"nozone-0": UNKNOWN_ZONE}
-    status = status_of(module_api, ns, "nozone")
+    status = status_for(module_api, ns, "nozone", doc.generation)
     assert status["unknownZoneMembers"] == ["nozone-0"]
     assert status["zones"] == {UNKNOWN_ZONE: 1}
     assert MessageQueue("nozone", "b", 1) in doc.topics["nozone"]["nozone-0"]

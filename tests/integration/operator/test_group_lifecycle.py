@@ -19,6 +19,7 @@ from tests.integration.operator_support import (
     custom,
     events_of,
     read_document,
+    status_for,
     status_of,
     wait_generation,
 )
@@ -72,7 +73,7 @@ def test_membership_zone_and_topic_changes(
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.reason == "member-joined"
     assert "life-up-0" in doc.members
-    status = status_of(api, ns, name)
+    status = status_for(api, ns, name, doc.generation)
     assert status["members"] == 4
     assert status["lastRebalance"]["reason"] == "member-joined"
     assert condition(status, "Balanced")["status"] == "True"
@@ -87,7 +88,7 @@ def test_membership_zone_and_topic_changes(
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.reason == "member-left"
     assert "life-1" not in doc.members
-    assert status_of(api, ns, name)["members"] == 3
+    assert status_for(api, ns, name, doc.generation)["members"] == 3
     check_document(doc, _readable(brokers))
 
     # scale down: a pod is deleted
@@ -102,7 +103,7 @@ def test_membership_zone_and_topic_changes(
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.reason == "zone-changed"
     assert doc.members["life-0"] == "zone-moved"
-    assert status_of(api, ns, name)["zones"].get("zone-moved") == 1
+    assert status_for(api, ns, name, doc.generation)["zones"].get("zone-moved") == 1
     kubelet.set_node_zone(api, node_of_0, zone_nodes[node_of_0])
     doc = wait_generation(api, ns, name, doc.generation + 1)
 
@@ -111,7 +112,7 @@ def test_membership_zone_and_topic_changes(
     apply_topic(api, ns, name, brokers, topicName=name)
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.reason == "topics-changed"
-    assert status_of(api, ns, name)["queues"] == 16
+    assert status_for(api, ns, name, doc.generation)["queues"] == 16
     check_document(doc, _readable(brokers))
 
     # the topic is deleted: Invalid, and the last good assignment stays
@@ -141,7 +142,7 @@ def test_membership_zone_and_topic_changes(
     # the topic comes back: valid again, a new generation
     apply_topic(api, ns, name, brokers, topicName=name)
     doc = wait_generation(api, ns, name, before.generation + 1)
-    status = status_of(api, ns, name)
+    status = status_for(api, ns, name, doc.generation)
     assert condition(status, "Invalid")["status"] == "False"
     assert condition(status, "Ready")["status"] == "True"
     assert set(doc.members) == {"life-0", "life-1", "life-2"}
@@ -164,7 +165,7 @@ def test_no_members_publishes_an_empty_assignment(
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.members == {}
     assert all(not a for a in doc.topics.values())
-    status = status_of(api, ns, name)
+    status = status_for(api, ns, name, doc.generation)
     assert condition(status, "Ready")["reason"] == "NoMembers"
     assert condition(status, "Degraded")["status"] == "True"
     assert status["unassignedQueues"] == 12
@@ -182,8 +183,8 @@ def test_idle_members_are_degraded(
     kubelet.start_pods(api, ns, name, 3, labels, nodes)
     apply_topic(api, ns, name, [{"name": "b", "readQueueNums": 2, "writeQueueNums": 2}])
     apply_group(api, ns, name, {"topics": [name], "selector": {"matchLabels": labels}})
-    wait_generation(api, ns, name, 1)
-    status = status_of(api, ns, name)
+    doc = wait_generation(api, ns, name, 1)
+    status = status_for(api, ns, name, doc.generation)
     assert condition(status, "Degraded")["reason"] == "IdleMembers"
 
 
@@ -285,8 +286,8 @@ def test_spec_the_schema_allows_but_cannot_work_is_invalid(
             "strategy": {"name": "MACHINE_ROOM", "consumerIdcs": ["hz"]},
         },
     )
-    wait_generation(api, ns, "room", 1)
-    assert condition(status_of(api, ns, "room"), "Invalid")["status"] == "False"
+    doc = wait_generation(api, ns, "room", 1)
+    assert condition(status_for(api, ns, "room", doc.generation), "Invalid")["status"] == "False"
 
 
 def test_restart_changes_nothing_and_deletion_collects_the_configmap(

@@ -18,7 +18,7 @@ from harness.polling import wait_for
 from harness.processes import OperatorProcess, SidecarProcess
 from mqbalance.contract import AssignmentDocument
 from tests.integration.invariants import check_document
-from tests.integration.operator_support import apply_group, apply_topic, events_of, read_document, status_of
+from tests.integration.operator_support import apply_group, apply_topic, events_of, read_document, status_for
 
 LABELS = {"app": "handover"}
 BROKERS = [{"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8}]
@@ -106,7 +106,7 @@ def test_queues_move_only_after_their_owner_released_them(
     view = apps[sorted(owners)[0]].client.queues()
     assert view["handover"] == "Release"
     assert view["releasing"], "the sidecar tells the old owner what to release"
-    status = status_of(api, ns, group)["handover"]
+    status = status_for(api, ns, group, revoked.generation)["handover"]
     assert status["releasingQueues"] == 2
     assert sorted(status["waitingFor"]) == sorted(owners)
 
@@ -140,11 +140,7 @@ def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
     apps = {pod: sidecars(pod, group) for pod in (leaving, staying)}
     two = published(api, ns, group, lambda d: len(d.members) == 2 and not d.releasing, "two members")
     # (the second pod's arrival was a handover already: nobody here releases anything)
-    # (the status is written after the ConfigMap: wait for the one that describes it)
-    status = wait_for(
-        "the status of the two-member assignment",
-        lambda: (s := status_of(api, ns, group)).get("assignmentGeneration", 0) >= two.generation and s,
-    )
+    status = status_for(api, ns, group, two.generation)
     overridden = status["handover"]["overriddenQueues"]
     assert overridden == 4
     assert two.generation >= 2
@@ -159,10 +155,7 @@ def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
         lambda d: joined in d.members and not d.releasing and any(d.queues_of(joined).values()),
         "the override",
     )
-    assert wait_for(
-        "the override in status",
-        lambda: status_of(api, ns, group)["handover"]["overriddenQueues"] == overridden + 2,
-    )
+    assert status_for(api, ns, group, done.generation)["handover"]["overriddenQueues"] == overridden + 2
     assert events_of(api, ns, group, "ReleaseOverridden")
 
     # A pod is deleted; its application releases everything as it shuts down, so its queues go

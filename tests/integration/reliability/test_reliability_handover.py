@@ -33,7 +33,7 @@ from harness.processes import OperatorProcess, SidecarProcess
 from mqbalance.contract import AssignmentDocument, decode_acks, releases_configmap_name
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError
-from tests.integration.operator_support import apply_group, read_document, status_of
+from tests.integration.operator_support import apply_group, read_document, status_for
 from tests.integration.reliability.reliability_support import GenerationWatcher, owner_count
 
 GROUP = "handover"
@@ -242,7 +242,9 @@ def check_clean(api: client.ApiClient, namespace: str, watcher: GenerationWatche
     watcher.assert_clean()
     problems = handover_problems(watcher.docs(GROUP), fleet.departed)
     assert not problems, "\n".join(problems)
-    handover = status_of(api, namespace, GROUP).get("handover") or {}
+    latest = read_document(api, namespace, GROUP)
+    assert latest is not None
+    handover = status_for(api, namespace, GROUP, latest.generation).get("handover") or {}
     assert handover.get("overriddenQueues", 0) == 0, f"a release was overridden: {handover}"
 
 
