@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # One image with both entry points: `mqbalance operator` and `mqbalance sidecar`.
 # Build:  docker build -t mqbalance/mqbalance:0.1.0 .
-# The Spark replay (mqbalance[spark]) is not included; it runs where Spark runs.
+# The operator's and the sidecar's dependencies (mqbalance[operator,sidecar]); the Spark replay
+# (mqbalance[replay]) is not included: it runs where Spark runs.
 
 # Pinned to an exact Python release on an exact Debian release: rebuilds are repeatable.
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
@@ -15,7 +16,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mqbalance/ mqbalance/
 RUN python3 -m venv /opt/mqbalance \
- && /opt/mqbalance/bin/pip install --no-compile . \
+ && /opt/mqbalance/bin/pip install --no-compile '.[operator,sidecar]' \
  && /opt/mqbalance/bin/python -m compileall -q /opt/mqbalance/lib
 
 # --- runtime stage: the virtual environment only, no compilers, no sources -----------------

@@ -1,7 +1,7 @@
 """The ``mqbalance`` command: one entry point, a sub-command per part.
 
 Each sub-command's module is imported only when it runs, so ``mqbalance allocate``
-never pays for importing kopf or pyspark.
+never pays for importing kopf or pyspark, and works in an installation without extras.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("mqbalance.pipeline.main", "replay rebalance history through every strategy (PySpark)"),
 }
 
+# sub-command -> the extra that installs its dependencies (pyproject.toml); the others need
+# the standard library only.
+EXTRAS: dict[str, str] = {"operator": "operator", "sidecar": "sidecar", "replay": "replay"}
+
 
 def usage() -> str:
     width = max(len(name) for name in COMMANDS)
@@ -37,15 +41,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return 0
     if args[0] in ("-V", "--version"):
-        from mqbalance import __version__
+        from mqbalance import buildinfo
 
-        print(f"mqbalance {__version__}")
+        info = buildinfo.labels("cli")
+        print(f"mqbalance {info['version']} ({info['python_implementation']} {info['python_version']})")
         return 0
     command = COMMANDS.get(args[0])
     if command is None:
         print(f"mqbalance: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(command[0])
+    try:
+        module = importlib.import_module(command[0])
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get(args[0])
+        if extra is None or not exc.name or exc.name.split(".")[0] == "mqbalance":
+            raise
+        print(
+            f"mqbalance {args[0]}: needs {exc.name}, which is not installed; "
+            f"install it with: pip install 'mqbalance[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
     result: int = module.main(args[1:])
     return result
 

@@ -1,7 +1,8 @@
 """The RocketMQ model: message queues, brokers, topic routes and strategy settings.
 
-Orderings follow Java, because a RocketMQ client computing its own share sorts
-queues and consumer ids with ``Collections.sort`` and must agree with us.
+Orderings follow Java, because RocketMQ's strategies run over queues and consumer ids
+sorted with ``Collections.sort``: given the same queues and consumer ids, our result is
+RocketMQ's only if we sort as Java does.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Events (rebalances, moves, errors, durations) are counters and a histogram; the
 state of each group (members, queues, imbalance...) lives in the operator and is
 read by a custom Collector at scrape time, so a deleted group simply disappears.
+So is this replica's part in leader election (the leader Lease, the shards it holds), which
+every replica exports, standbys included, with the build info and the process's metrics: they
+tell "no operator" and "no leader" apart from "nothing to do".
 Everything is registered on a registry passed in, never the global one.
 """
 
@@ -18,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mqbalance.operator.handover import Step
+from mqbalance.process_metrics import register_process_metrics
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HANDOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -90,9 +94,62 @@ class GroupCollector(Collector):
         yield from families.values()
 
 
+@dataclass(frozen=True)
+class Leadership:
+    """This replica's part in leader election, as the metrics show it."""
+
+    lease: str
+    """The leader Lease's name, the shard Leases' prefix (--leader-election); "" without leader election."""
+    leader: bool
+    """Holds the leader Lease, or runs without leader election (the single writer); never with shards."""
+    shards: int
+    """Shards the groups fall into (--shards): 1 without sharding, where the leader Lease is the one shard."""
+    shards_held: int
+    """Shard Leases held now; without sharding 1 for the leader, 0 for a standby."""
+
+
+UNELECTED = Leadership(lease="", leader=True, shards=1, shards_held=1)
+"""A single operator without leader election: it always acts."""
+
+
+class LeadershipCollector(Collector):
+    def __init__(self, source: Callable[[], Leadership]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._source()
+        for name, doc, value in (
+            (
+                "mqbalance_operator_leader",
+                "1 while this replica holds the leader Lease (or runs without leader election), else 0; "
+                "always 0 with --shards above 1, where mqbalance_operator_shards_held counts.",
+                state.leader,
+            ),
+            (
+                "mqbalance_operator_shards",
+                "Shards the groups fall into (--shards); 1 without sharding.",
+                state.shards,
+            ),
+            (
+                "mqbalance_operator_shards_held",
+                "Shard Leases this replica holds now; without sharding 1 while it leads, 0 on standby.",
+                state.shards_held,
+            ),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["lease"])
+            family.add_metric([state.lease], float(value))
+            yield family
+
+
 class OperatorMetrics:
-    def __init__(self, registry: CollectorRegistry, groups: Callable[[], Iterable[GroupGauges]]) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        groups: Callable[[], Iterable[GroupGauges]],
+        leadership: Callable[[], Leadership] = lambda: UNELECTED,
+    ) -> None:
         self.registry = registry
+        register_process_metrics(registry, "operator")
         # prometheus_client appends _total to counters.
         self.rebalances = Counter(
             "mqbalance_rebalances",
@@ -145,6 +202,7 @@ class OperatorMetrics:
             registry=registry,
         )
         registry.register(GroupCollector(groups))
+        registry.register(LeadershipCollector(leadership))
 
     def observe_handover(self, step: Step) -> None:
         self.handover_revoked.inc(step.revoked)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
 from collections.abc import Iterable, Mapping
 
 from mqbalance.operator.topics import RouteRead
@@ -108,13 +109,26 @@ class NameServerClient:
     """Routes from one or more NameServers, tried in turn.
 
     NameServers do not talk to each other: every broker registers with each of them, so any
-    one that answers is as good as another. The last one that answered is asked first.
+    one that answers is as good as another. As RocketMQ's clients do (``NettyRemotingClient``
+    starts its ``namesrvIndex`` at a random value, keeps the NameServer it chose while it works,
+    and takes the next one when it fails), the first request starts at a random address, so
+    clients given the same list spread over it; the last one that answered is asked first; one
+    that fails passes the request on to the next in the list, and a request no NameServer
+    answered leaves the next one starting one address further. ``rng`` picks the start
+    (tests pass a seeded ``random.Random``).
     """
 
-    def __init__(self, addresses: str | Iterable[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        addresses: str | Iterable[str],
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
         self.addresses = parse_addresses(addresses)
         self.timeout = timeout
-        self._first = 0
+        self._first = (rng if rng is not None else random).randrange(len(self.addresses))
+        """The index of the address asked first."""
         self.answered = ""
         """The NameServer that answered last."""
 
@@ -167,6 +181,8 @@ class NameServerClient:
                 failures.append(f"{address}: code {_code_name(response.code)}: {response.remark}")
                 continue
             raise RequestFailed(address, response.code, response.remark)
+        # Nobody answered with a route: the next request starts at the next address.
+        self._first = (self._first + 1) % n
         if not_found:
             raise TopicNotFound(
                 f"{what}: no such topic on any NameServer ({'; '.join(not_found + failures)})"

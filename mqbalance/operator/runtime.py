@@ -26,7 +26,7 @@ from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, compac
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import pod_info
-from mqbalance.operator.metrics import OperatorMetrics, create_app, serve
+from mqbalance.operator.metrics import Leadership, OperatorMetrics, create_app, serve
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.scopes import NamespaceScopes
 from mqbalance.operator.settings import OperatorConfig
@@ -69,7 +69,9 @@ class Runtime:
         self._client = client = await KubeClient.connect(config.kubeconfig, requests=config.max_requests)
         registry = CollectorRegistry()
         writer = Writer(client)
-        metrics = OperatorMetrics(registry, lambda: self.controller.gauges() if self.controller else [])
+        metrics = OperatorMetrics(
+            registry, lambda: self.controller.gauges() if self.controller else [], self.leadership
+        )
         writer.on_event_dropped = metrics.events_dropped.inc
         self.controller = Controller(
             writer,
@@ -148,6 +150,19 @@ class Runtime:
             # Lost: stop at once, as controller-runtime's managers do; the pod restarts as a standby.
             self.exit_code = 1
             stop.set()
+
+    def leadership(self) -> Leadership:
+        """This replica's part in leader election now (the metrics read it at every scrape)."""
+        config = self.config
+        lease = config.leader_election or ""
+        if not (config.leader_election and config.lease_namespace):  # as _run decides
+            return Leadership(lease, leader=True, shards=1, shards_held=1)
+        if config.shards > 1:
+            shards = self._shards
+            held = sum(1 for i in shards.owned if shards.locks[i].held) if shards is not None else 0
+            return Leadership(lease, leader=False, shards=config.shards, shards_held=held)
+        leader = self._lock is not None and self._lock.held
+        return Leadership(lease, leader=leader, shards=1, shards_held=int(leader))
 
     def _health(self) -> dict[str, Any]:
         if self.standby:

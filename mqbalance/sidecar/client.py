@@ -1,9 +1,10 @@
 """A small client of the sidecar's API for Python consumers and producers.
 
 Standard library only (``urllib``), so an application needs nothing beyond
-mqbalance itself, and can copy this file if it does not want even that::
+mqbalance itself (``pip install mqbalance``, without extras: no kopf, kubernetes or
+aiohttp), and can copy this file if it does not want even that::
 
-    client = SidecarClient()                      # http://127.0.0.1:8081
+    client = SidecarClient()                      # $MQBALANCE_URL, else http://127.0.0.1:8081
     view = client.queues()
     client.release(view["generation"])            # at start this pod holds nothing
     while True:
@@ -17,12 +18,22 @@ On shutdown, after committing: ``client.release(view["generation"], all=True)``.
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8081"
+URL_ENV = "MQBALANCE_URL"
+"""The environment variable naming the sidecar's URL (examples/consumer-deployment.yaml sets it)."""
+
+
+def default_url(environ: Mapping[str, str] | None = None) -> str:
+    """``$MQBALANCE_URL`` when set and not blank, else :data:`DEFAULT_URL`."""
+    value = (os.environ if environ is None else environ).get(URL_ENV, "").strip()
+    return value or DEFAULT_URL
 
 
 class SidecarError(Exception):
@@ -36,9 +47,10 @@ class SidecarError(Exception):
 
 class SidecarClient:
     def __init__(
-        self, base_url: str = DEFAULT_URL, *, group: str | None = None, timeout: float = 10.0
+        self, base_url: str | None = None, *, group: str | None = None, timeout: float = 10.0
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        """``base_url`` wins; without it, ``$MQBALANCE_URL`` when set, else ``http://127.0.0.1:8081``."""
+        self.base_url = (default_url() if base_url is None else base_url).rstrip("/")
         self.group = group
         """The ConsumerGroup resource to ask about; needed only when the sidecar serves several."""
         self.timeout = timeout

@@ -3,7 +3,8 @@
 Events (rebalances, queues gained or lost, sends, isolations) are counters and
 histograms updated as they happen. Broker availability lives in the producer's
 fault table and changes with time alone, so it is read at scrape time by a
-custom collector instead of being copied into a gauge.
+custom collector instead of being copied into a gauge. The build info and the process's
+own metrics come with the registry (mqbalance.process_metrics).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from mqbalance.process_metrics import register_process_metrics
 
 PREFIX = "mqbalance_sidecar"
 
@@ -47,6 +50,7 @@ class SidecarMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        register_process_metrics(r, "sidecar")
         self.assignment_generation = Gauge(
             f"{PREFIX}_assignment_generation",
             "Generation of the assignment the sidecar serves.",

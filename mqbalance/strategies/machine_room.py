@@ -1,8 +1,10 @@
-"""MACHINE_ROOM (AllocateMessageQueueByMachineRoom, as on RocketMQ's develop branch).
+"""MACHINE_ROOM (AllocateMessageQueueByMachineRoom, as in RocketMQ 4.8.0 and later).
 
 Only queues of brokers named ``<idc>@<broker>`` whose idc the group consumes are shared;
-the rest go to nobody. The remainder queues are taken from the filtered list (older
-releases indexed the full list there, which could hand out a queue of another idc).
+the rest go to nobody. Both the blocks and the remainder queues are taken from the
+filtered list. Before 4.8.0 the block loop read the full list (``mqAll.get(i)`` where
+``premqAll.get(i)`` was meant, apache/rocketmq#2477), which could hand out a queue of
+another idc; the remainder always came from the filtered list.
 """
 
 from __future__ import annotations

@@ -1,36 +1,43 @@
-"""Prometheus rules and the Grafana dashboard query only metrics the code exports, and pass promtool."""
+"""Prometheus rules and the Grafana dashboard query only metrics the code exports, and pass promtool;
+every alert links to its runbook; both processes export build info and process metrics, no ``_created``."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.cluster import default_bin_dir
-from mqbalance.operator.metrics import OperatorMetrics
+from mqbalance import buildinfo
+from mqbalance.operator.metrics import Leadership, OperatorMetrics
 from mqbalance.sidecar.metrics import SidecarMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "mqbalance" / "files" / "prometheus-rules.yaml"
 RULES_TEST = ROOT / "deploy" / "prometheus" / "rules_test.yaml"
 DASHBOARD = ROOT / "charts" / "mqbalance" / "files" / "grafana-dashboard.json"
+RULE_TEMPLATE = ROOT / "charts" / "mqbalance" / "templates" / "prometheusrule.yaml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
-# The series names Prometheus stores for each metric type.
+# The series names Prometheus stores for each metric type (no _created: both processes turn it off).
 SUFFIXES = {
-    "counter": ("_total", "_created"),
+    "counter": ("_total",),
     "gauge": ("",),
-    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "histogram": ("_bucket", "_count", "_sum"),
     "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
-    "summary": ("", "_count", "_sum", "_created"),
+    "summary": ("", "_count", "_sum"),
     "info": ("_info",),
     "stateset": ("",),
     "unknown": ("",),
@@ -50,14 +57,19 @@ PROMQL_KEYWORDS = {
 }
 
 
-def exported_series() -> set[str]:
-    """Every series name the operator and the sidecar can export, from their own registries."""
-    operator_registry = CollectorRegistry()
-    OperatorMetrics(operator_registry, lambda: [])
+def registries() -> tuple[OperatorMetrics, SidecarMetrics]:
+    """The operator's and the sidecar's metrics, each on a registry of its own as the processes have them."""
+    operator = OperatorMetrics(CollectorRegistry(), lambda: [])
     sidecar = SidecarMetrics(CollectorRegistry())
     sidecar.watch_brokers(lambda: [])
+    return operator, sidecar
+
+
+def exported_series() -> set[str]:
+    """Every series name the operator and the sidecar can export, from their own registries."""
+    operator, sidecar = registries()
     names: set[str] = set()
-    for registry in (operator_registry, sidecar.registry):
+    for registry in (operator.registry, sidecar.registry):
         for family in registry.collect():
             names.update(family.name + suffix for suffix in SUFFIXES[family.type])
     return names
@@ -74,6 +86,10 @@ def recorded_names() -> set[str]:
 
 def rule_expressions() -> list[str]:
     return [rule["expr"] for group in rule_groups() for rule in group["rules"]]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for group in rule_groups() for rule in group["rules"] if "alert" in rule]
 
 
 def dashboard_panels() -> Iterator[dict[str, Any]]:
@@ -106,6 +122,15 @@ def series_names(expr: str) -> set[str]:
 def unknown_series(expressions: list[str], known: set[str]) -> dict[str, set[str]]:
     found = {expr: series_names(expr) - known for expr in expressions}
     return {expr: names for expr, names in found.items() if names}
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The fragments GitHub gives headings: lower case, punctuation dropped, spaces to hyphens."""
+    anchors = set()
+    for match in re.finditer(r"^#{1,6}\s+(.+?)\s*$", markdown, re.MULTILINE):
+        text = re.sub(r"[^\w\- ]", "", match[1].lower())
+        anchors.add(text.replace(" ", "-"))
+    return anchors
 
 
 def test_series_names_parses_promql() -> None:
@@ -178,6 +203,8 @@ def test_alerts_requested_by_the_design_exist() -> None:
         "MqbalanceGroupDegraded",
         "MqbalanceQueueUnassigned",
         "MqbalanceBrokerIsolated",
+        "MqbalanceOperatorAbsent",
+        "MqbalanceNoLeader",
     } <= alerts
     for group in rule_groups():
         for rule in group["rules"]:
@@ -217,3 +244,90 @@ def test_promtool_rule_unit_tests() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_the_anchor_rule_matches_githubs() -> None:
+    assert github_anchors("# Runbooks\n\n## MqbalanceNoLeader\n\ntext\n### Two `words`, here\n") == {
+        "runbooks",
+        "mqbalancenoleader",
+        "two-words-here",
+    }
+
+
+def test_every_alert_links_to_its_section_of_the_runbooks() -> None:
+    anchors = github_anchors(RUNBOOKS.read_text())
+    # The chart swaps the document's URL (everything before "#") for metrics.prometheusRule.runbookUrl.
+    (document,) = re.findall(r'replace "([^"]+#)"', RULE_TEMPLATE.read_text())
+    for rule in alert_rules():
+        url = rule["annotations"].get("runbook_url", "")
+        assert url.startswith(document), (rule["alert"], url)
+        fragment = url[len(document) :]
+        assert fragment == rule["alert"].lower(), (rule["alert"], url)
+        assert fragment in anchors, f"docs/runbooks.md has no section for {rule['alert']}"
+    assert {a for a in anchors if a.startswith("mqbalance")} == {r["alert"].lower() for r in alert_rules()}
+
+
+def test_every_alert_has_a_promtool_unit_test() -> None:
+    tested = {
+        case["alertname"]
+        for test in yaml.safe_load(RULES_TEST.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+    }
+    assert {rule["alert"] for rule in alert_rules()} - tested == set()
+
+
+def test_both_processes_export_build_info_and_process_metrics() -> None:
+    operator, sidecar = registries()
+    for component, registry in (("operator", operator.registry), ("sidecar", sidecar.registry)):
+        labels = {
+            "component": component,
+            "version": buildinfo.version(),
+            "python_version": platform.python_version(),
+            "python_implementation": platform.python_implementation(),
+        }
+        assert registry.get_sample_value("mqbalance_build_info", labels) == 1, component
+        python = {
+            "implementation": platform.python_implementation(),
+            "major": str(sys.version_info.major),
+            "minor": str(sys.version_info.minor),
+            "patchlevel": str(sys.version_info.micro),
+            "version": platform.python_version(),
+        }
+        assert registry.get_sample_value("python_info", python) == 1, component
+        if sys.platform == "linux":
+            assert (registry.get_sample_value("process_resident_memory_bytes") or 0) > 0, component
+            assert registry.get_sample_value("process_cpu_seconds_total") is not None, component
+            assert registry.get_sample_value("process_open_fds") is not None, component
+
+
+def test_the_version_comes_from_the_installed_distribution() -> None:
+    assert buildinfo.version() == importlib.metadata.version("mqbalance")
+
+
+def test_no_created_series_in_either_exposition() -> None:
+    operator, sidecar = registries()
+    operator.rebalances.labels("member-joined").inc()
+    operator.rebalance_duration.observe(0.01)
+    sidecar.rebalances.labels("orders").inc()
+    sidecar.propagation_delay.labels("orders").observe(0.02)
+    for registry in (operator.registry, sidecar.registry):
+        text = generate_latest(registry).decode()
+        assert "mqbalance_rebalances" in text or "mqbalance_sidecar_rebalances" in text
+        assert [line for line in text.splitlines() if "_created" in line] == []
+
+
+def test_operator_exports_its_part_in_leader_election() -> None:
+    operator, _ = registries()
+    single = {"lease": ""}
+    assert operator.registry.get_sample_value("mqbalance_operator_leader", single) == 1
+    assert operator.registry.get_sample_value("mqbalance_operator_shards", single) == 1
+    assert operator.registry.get_sample_value("mqbalance_operator_shards_held", single) == 1
+    state = [Leadership("mq-operator", leader=False, shards=4, shards_held=2)]
+    registry = CollectorRegistry()
+    OperatorMetrics(registry, lambda: [], lambda: state[0])
+    lease = {"lease": "mq-operator"}
+    assert registry.get_sample_value("mqbalance_operator_leader", lease) == 0
+    assert registry.get_sample_value("mqbalance_operator_shards", lease) == 4
+    assert registry.get_sample_value("mqbalance_operator_shards_held", lease) == 2
+    state[0] = Leadership("mq-operator", leader=False, shards=4, shards_held=3)  # read at every scrape
+    assert registry.get_sample_value("mqbalance_operator_shards_held", lease) == 3

@@ -328,6 +328,30 @@ def test_monitoring_objects_are_off_by_default_and_read_the_chart_files(helm: Pa
     assert json.loads(text) == json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
 
 
+def test_runbook_links_point_at_the_configured_document(helm: Path) -> None:
+    url = "https://wiki.example.com/mqbalance/runbooks.md"
+    docs = render(helm, *ALL_ON, "--set", f"metrics.prometheusRule.runbookUrl={url}")
+    (rule,) = by_kind(docs, "PrometheusRule")
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r]
+    assert alerts
+    for alert in alerts:
+        assert alert["annotations"]["runbook_url"] == f"{url}#{alert['alert'].lower()}"
+    # Only the links change: Prometheus's own templates stay for Prometheus.
+    source = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    for group in source["groups"]:
+        for r in group["rules"]:
+            r.get("annotations", {}).pop("runbook_url", None)
+    for group in rule["spec"]["groups"]:
+        for r in group["rules"]:
+            r.get("annotations", {}).pop("runbook_url", None)
+    assert rule["spec"] == source
+    result = run_helm(
+        helm, "template", "mq", str(CHART), "--set", "metrics.prometheusRule.runbookUrl=x#y", check=False
+    )
+    assert result.returncode != 0
+    assert "metrics.prometheusRule.runbookUrl" in result.stderr
+
+
 def test_sidecar_helper_template_adds_a_complete_container(helm: Path, tmp_path: Path) -> None:
     # A consumer's own chart that depends on mqbalance and includes the helper in its Deployment.
     parent = tmp_path / "consumer"

@@ -21,14 +21,22 @@ public class SidecarClient {
     /** The sidecar's default address (it listens on the pod's loopback). */
     public static final String DEFAULT_URL = "http://127.0.0.1:8081";
 
+    /**
+     * The environment variable naming the sidecar's URL, read by {@link #SidecarClient()}
+     * (examples/consumer-deployment.yaml sets it; the Python client reads it too).
+     */
+    public static final String URL_ENV = "MQBALANCE_URL";
+
     private final URI base;
     private final HttpClient http;
     private final Duration requestTimeout;
 
+    /** The sidecar at {@link #defaultUrl()}: {@code $MQBALANCE_URL} when set, else {@link #DEFAULT_URL}. */
     public SidecarClient() {
-        this(DEFAULT_URL);
+        this(defaultUrl());
     }
 
+    /** The sidecar at {@code baseUrl}, whatever {@code $MQBALANCE_URL} says. */
     public SidecarClient(String baseUrl) {
         this(baseUrl, Duration.ofSeconds(2));
     }
@@ -44,6 +52,16 @@ public class SidecarClient {
 
     public URI baseUri() {
         return base;
+    }
+
+    /** {@code $MQBALANCE_URL} when it is set and not blank, else {@link #DEFAULT_URL}. */
+    public static String defaultUrl() {
+        return defaultUrl(System.getenv(URL_ENV));
+    }
+
+    /** {@code fromEnvironment} (trimmed) unless it is null or blank, else {@link #DEFAULT_URL}. */
+    static String defaultUrl(String fromEnvironment) {
+        return fromEnvironment == null || fromEnvironment.isBlank() ? DEFAULT_URL : fromEnvironment.strip();
     }
 
     /** This pod's queues now ({@code GET /v1/queues}); 503 before the first assignment. */
