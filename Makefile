@@ -10,8 +10,8 @@ STAMP  := $(VENV)/.installed
 # default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
 # docs/local-cluster.md. The real-pod tests (`make test-node`, root) run on a kubelet + containerd
 # node of the same release (docs/real-node.md).
-.PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq java-test demo demo-node \
-	test test-k8s-1.20 test-node test-unit lint format bench bench-node crds clean
+.PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq browser java-test demo \
+	demo-node test test-k8s-1.20 test-node test-unit test-mutation lint format bench bench-node crds clean
 
 help:
 	@echo "make demo           run the local demo: on real pods when a real node can run here, else pods acted out"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-k8s-1.20  the integration tests against Kubernetes 1.20"
 	@echo "make test-node      the real-pod tests: helm install, scaling, probes, bad input on a real node (root)"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
+	@echo "make test-mutation  the operator tests against deliberately broken operators: each must fail"
 	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse current Kubernetes (apiserver, controller-manager, ...), etcd, helm, promtool"
@@ -29,6 +30,7 @@ help:
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
 	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
+	@echo "make browser        install Debian's chromium for the report's screenshot test"
 	@echo "make crds           copy crds/ into the Helm chart"
 
 $(STAMP): pyproject.toml
@@ -54,6 +56,9 @@ java-oracle:
 rocketmq:
 	bash hack/build-rocketmq.sh 5.3.3 4.9.7
 
+browser:
+	bash hack/install-browser.sh >/dev/null
+
 node:
 	bash hack/build-control-plane.sh --node
 
@@ -77,7 +82,7 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv control-plane java-oracle rocketmq lint
+test: venv control-plane java-oracle rocketmq browser lint
 	MQBALANCE_K8S_VERSION=current $(BIN)/pytest
 	$(MAKE) java-test
 
@@ -91,6 +96,11 @@ test-k8s-1.20: venv control-plane-1.20
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
+
+# The operator broken on purpose (tests/mutation/mutants.py, applied at run time): the tests named
+# for each property must fail (docs/reliability.md, "Mutation runs").
+test-mutation: venv control-plane
+	$(BIN)/pytest -m mutation tests/mutation
 
 test-node: venv node images
 	$(BIN)/pytest -m node tests/node

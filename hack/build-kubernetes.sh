@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build (once) and cache a current Kubernetes release from Go modules: kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl of
-# k8s.io/kubernetes VERSION, plus the etcd server that release is tested with, all with the
-# machine's Go toolchain. See docs/local-cluster.md.
+# kube-controller-manager and kubectl of k8s.io/kubernetes VERSION, plus the etcd server that
+# release is tested with, all with the machine's Go toolchain; with --node also a real node's
+# kube-scheduler, kubelet and kube-proxy (built later, they reuse the Go build cache of the
+# first build). See docs/local-cluster.md.
 #
 # `go install k8s.io/kubernetes/cmd/...@VERSION` is refused: the module's go.mod replaces its
 # k8s.io/* staging modules with ./staging paths. So a scratch module requires
@@ -13,7 +14,8 @@
 # the inputs; a run with the stamp in place returns at once. A per-version lock makes
 # concurrent runs wait for each other instead of building twice.
 #
-# Usage: hack/build-kubernetes.sh [--print-bin-dir] [VERSION]     (VERSION default below)
+# Usage: hack/build-kubernetes.sh [--print-bin-dir|--check] [--node] [VERSION]   (VERSION default below)
+#        --check: exit 0 when everything asked for is built, 1 when not; builds nothing, takes no lock
 # Env:   MQBALANCE_CACHE  (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
 #        MQBALANCE_GO     the go command (default /usr/local/go/bin/go, else go on PATH)
 #        MQBALANCE_GO_CACHE  Go module and build caches (default $MQBALANCE_CACHE/go)
@@ -21,18 +23,24 @@ set -euo pipefail
 
 # The newest release the Go module proxy serves that builds with Go 1.26.
 DEFAULT_VERSION="v1.37.2"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd)
+# What the control plane (tests, the demo) needs, and what only a real node needs.
+CONTROL_PLANE_BINARIES=(kube-apiserver kube-controller-manager kubectl etcd)
+NODE_BINARIES=(kube-scheduler kubelet kube-proxy)
 
 # shellcheck source=hack/lib.sh
 source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 print_only=0
+check_only=0
+node=0
 VERSION=""
 for arg in "$@"; do
   case "$arg" in
     --print-bin-dir) print_only=1 ;;
+    --check) check_only=1 ;;
+    --node) node=1 ;;
     v[0-9]*.*.*) VERSION="$arg" ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) die "unknown argument '$arg'; give a release such as $DEFAULT_VERSION" ;;
   esac
 done
@@ -45,19 +53,32 @@ STAGING_VERSION="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 K8S_DIR="$CACHE/k8s-$VERSION"
 K8S_BIN="$K8S_DIR/bin"
 K8S_STAMP="$K8S_DIR/.stamp"
+NODE_BIN_STAMP="$K8S_DIR/.stamp-node-bin"
 GO_CACHE="${MQBALANCE_GO_CACHE:-$CACHE/go}"
 # Bumping the recipe invalidates the cache.
-STAMP_TEXT="kubernetes=$VERSION staging=$STAGING_VERSION from=go-modules cgo=0 what=${BINARIES[*]}"
+RECIPE="kubernetes=$VERSION staging=$STAGING_VERSION from=go-modules cgo=0"
+STAMP_TEXT="$RECIPE what=${CONTROL_PLANE_BINARIES[*]}"
+NODE_BIN_STAMP_TEXT="$RECIPE what=${NODE_BINARIES[*]}"
 
 if ((print_only)); then
   echo "$K8S_BIN"
   exit 0
 fi
 
-ready() {
-  [[ -f "$K8S_STAMP" ]] && [[ "$(cat "$K8S_STAMP")" == "$STAMP_TEXT" ]] &&
-    for b in "${BINARIES[@]}"; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
+set_ready() {  # set_ready STAMP TEXT BINARY...: the stamp says TEXT and every binary is there
+  local stamp="$1" text="$2" b
+  shift 2
+  [[ -f "$stamp" ]] && [[ "$(cat "$stamp")" == "$text" ]] &&
+    for b in "$@"; do [[ -x "$K8S_BIN/$b" ]] || return 1; done
 }
+
+control_plane_ready() { set_ready "$K8S_STAMP" "$STAMP_TEXT" "${CONTROL_PLANE_BINARIES[@]}"; }
+node_binaries_ready() { set_ready "$NODE_BIN_STAMP" "$NODE_BIN_STAMP_TEXT" "${NODE_BINARIES[@]}"; }
+
+if ((check_only)); then
+  control_plane_ready && { ((!node)) || node_binaries_ready; }
+  exit
+fi
 
 find_go() {
   local go="${MQBALANCE_GO:-}"
@@ -110,7 +131,7 @@ write_scratch_module() {  # write_scratch_module DIR UPSTREAM_GOMOD
     echo
     echo "import ("
     local b
-    for b in "${BINARIES[@]}"; do
+    for b in "${CONTROL_PLANE_BINARIES[@]}" "${NODE_BINARIES[@]}"; do
       [[ "$b" == etcd ]] || echo "	_ \"k8s.io/kubernetes/cmd/$b\""
     done
     echo "	_ \"go.etcd.io/etcd/server/v3/etcdmain\""
@@ -135,7 +156,7 @@ func main() {
 EOF
 }
 
-build() {
+build() {  # build BINARY...: those of CONTROL_PLANE_BINARIES and NODE_BINARIES given
   local go work upstream need have start ldflags date
   start=$SECONDS
   go="$(find_go)"
@@ -172,41 +193,66 @@ build() {
     done
   done
 
-  log "building ${BINARIES[*]} $VERSION with $("$go" env GOVERSION) (10-20 minutes cold on 2 cores)"
-  local targets=() b
-  for b in "${BINARIES[@]}"; do
-    [[ "$b" == etcd ]] || targets+=("k8s.io/kubernetes/cmd/$b")
+  local targets=() etcd=() b total
+  for b in "$@"; do
+    if [[ "$b" == etcd ]]; then etcd=(./etcd); else targets+=("k8s.io/kubernetes/cmd/$b"); fi
   done
+  # Upstream's release tags: selinux, no test hooks, no x/net/trace in gRPC.
+  local tags=selinux,notest,grpcnotrace
+  total="$(cd "$work" && "$go" list -tags "$tags" -deps "${targets[@]}" "${etcd[@]}" 2>/dev/null | wc -l)"
+  log "building $* $VERSION with $("$go" env GOVERSION): $total packages, those not in the Go build cache compiled (10-15 minutes cold on 2 cores)"
   mkdir -p "$work/out"
   (
     cd "$work"
-    # Upstream's release tags: selinux, no test hooks, no x/net/trace in gRPC.
-    "$go" build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/out/" "${targets[@]}" &&
-      "$go" build -trimpath -ldflags "-s -w" -o "$work/out/etcd" ./etcd
-  ) >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log" >&2; die "kubernetes $VERSION build failed"; }
+    # -v names each package as it is compiled: the progress lines below count them.
+    "$go" build -v -trimpath -tags "$tags" -ldflags "$ldflags" -o "$work/out/" "${targets[@]}" &&
+      if ((${#etcd[@]})); then "$go" build -v -trimpath -ldflags "-s -w" -o "$work/out/etcd" ./etcd; fi
+  ) >"$work/build.log" 2>&1 &
+  local pid=$! rc=0 next=$((SECONDS + 30))
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if ((SECONDS >= next)); then
+      log "  $((SECONDS - start)) s: $(grep -c '^[a-z]' "$work/build.log" || true) packages compiled so far"
+      next=$((SECONDS + 30))
+    fi
+  done
+  wait "$pid" || rc=$?
+  ((rc == 0)) || { tail -n 40 "$work/build.log" >&2; die "kubernetes $VERSION build failed"; }
 
-  "$work/out/kube-apiserver" --version | grep -qx "Kubernetes $VERSION" ||
-    die "kube-apiserver reports '$("$work/out/kube-apiserver" --version 2>&1)', expected Kubernetes $VERSION"
-  rm -rf "$K8S_BIN"
+  if [[ -x "$work/out/kube-apiserver" ]]; then
+    "$work/out/kube-apiserver" --version | grep -qx "Kubernetes $VERSION" ||
+      die "kube-apiserver reports '$("$work/out/kube-apiserver" --version 2>&1)', expected Kubernetes $VERSION"
+  fi
   mkdir -p "$K8S_BIN"
-  for b in "${BINARIES[@]}"; do
+  for b in "$@"; do
     install -m 0755 "$work/out/$b" "$K8S_BIN/$b"
   done
-  echo "$STAMP_TEXT" >"$K8S_STAMP"
+  if printf '%s\n' "$@" | grep -qx kube-apiserver; then echo "$STAMP_TEXT" >"$K8S_STAMP"; fi
+  if printf '%s\n' "$@" | grep -qx kubelet; then echo "$NODE_BIN_STAMP_TEXT" >"$NODE_BIN_STAMP"; fi
   rm -rf "$work"
   trap - EXIT
-  log "built kubernetes $VERSION and etcd $("$K8S_BIN/etcd" --version | sed -n 's/^etcd Version: //p') in $((SECONDS - start)) s"
+  log "built $* $VERSION in $((SECONDS - start)) s"
 }
 
 main() {
   mkdir -p "$CACHE"
   exec 8>"$CACHE/.build-k8s-$VERSION.lock"
   flock 8
-  if ready; then
-    log "kubernetes $VERSION already built"
+  local want=()
+  if control_plane_ready; then
+    log "kubernetes $VERSION control plane already built"
   else
-    build
+    want+=("${CONTROL_PLANE_BINARIES[@]}")
   fi
+  if ((node)); then
+    if node_binaries_ready; then
+      log "kubernetes $VERSION node binaries already built"
+    else
+      want+=("${NODE_BINARIES[@]}")
+    fi
+  fi
+  # One go build for everything missing: the packages they share compile once.
+  ((${#want[@]} == 0)) || build "${want[@]}"
   echo "$K8S_BIN"
 }
 

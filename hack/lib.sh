@@ -24,8 +24,12 @@ package_installed() {  # package_installed PACKAGE
 apt_install() {  # apt_install PACKAGE...: install them from Debian (none given: nothing to do)
   (($#)) || return 0
   log "installing Debian packages: $*"
-  as_root apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  # apt-get fails at once when another apt-get holds its lock: builds that run side by side
+  # (.ci/run starts later steps' builds in the background) take turns on a lock of our own.
+  mkdir -p "$CACHE"
+  as_root flock "$CACHE/.apt.lock" apt-get update -qq >&2
+  as_root flock "$CACHE/.apt.lock" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 apt_install_missing() {  # apt_install_missing PACKAGE...: those of them not installed yet
