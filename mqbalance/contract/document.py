@@ -20,7 +20,13 @@ queues revoked from their old owner and held by nobody until that owner releases
                      "topics": {"orders": {"broker-a": [3]}}}]
 
 Both keys are left out when empty, so a document without a handover reads and encodes as
-it always did.
+it always did. Such a document also says how long a member's grant lasts (``seconds``) without
+a Lease renewal that reached the API server, and how often its sidecar renews (see
+``docs/reliability.md``, "Time-bounded ownership"):
+
+      "lease": {"seconds": 20, "renewSeconds": 5}
+
+Absent (older operators, mode Off): no lease, the sidecar serves its queues without a grant.
 """
 
 from __future__ import annotations
@@ -120,6 +126,31 @@ class Release:
 
 
 @dataclass(frozen=True)
+class LeaseTerms:
+    """How long a member may serve its queues without confirmed contact with the API server."""
+
+    seconds: float
+    """``leaseSeconds``: the grant ends this long after the sidecar sent its last renewal that succeeded."""
+    renew_seconds: float
+    """``renewSeconds``: how often the sidecar renews its member Lease."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "renewSeconds": self.renew_seconds}
+
+    @classmethod
+    def from_json(cls, data: Any) -> LeaseTerms:
+        if not isinstance(data, dict):
+            raise DocumentError("lease must be an object with seconds and renewSeconds")
+        values = []
+        for name in ("seconds", "renewSeconds"):
+            value = data.get(name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e9:
+                raise DocumentError(f"lease.{name} must be a positive number of seconds, got {value!r}")
+            values.append(float(value))
+        return cls(values[0], values[1])
+
+
+@dataclass(frozen=True)
 class AssignmentDocument:
     """One published generation of a consumer group's assignment."""
 
@@ -140,6 +171,8 @@ class AssignmentDocument:
     """How queues change owner: Off (at once), Release or Orderly (revoke, release, then assign)."""
     releasing: tuple[Release, ...] = ()
     """Queues revoked from their owners and held by nobody until released."""
+    lease: LeaseTerms | None = None
+    """Time-bounded grants (handover Release and Orderly); None: members serve without one."""
 
     def queues_of(self, member: str) -> dict[str, tuple[MessageQueue, ...]]:
         """A member's queues per topic; empty tuples where it holds none."""
@@ -160,6 +193,7 @@ class AssignmentDocument:
             and _normalized(self.topics) == _normalized(other.topics)
             and self.handover == other.handover
             and self.releasing == other.releasing
+            and self.lease == other.lease
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -178,6 +212,8 @@ class AssignmentDocument:
             out["handover"] = self.handover
         if self.releasing:
             out["releasing"] = [r.to_json() for r in self.releasing]
+        if self.lease is not None:
+            out["lease"] = self.lease.to_json()
         return out
 
     def encode(self) -> str:
@@ -214,6 +250,7 @@ class AssignmentDocument:
                 topics={t: decode_queue_map(t, a) for t, a in topics.items()},
                 handover=str(data.get("handover", "Off")),
                 releasing=tuple(Release.from_json(r) for r in releasing),
+                lease=LeaseTerms.from_json(data["lease"]) if data.get("lease") is not None else None,
             )
         except KeyError as e:
             raise DocumentError(f"assignment document lacks field {e.args[0]!r}") from None

@@ -62,10 +62,13 @@ class LeaseLock:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         labels: dict[str, str] | None = None,
+        owner_references: list[dict[str, Any]] | None = None,
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
         self.duration = duration
         self.labels = labels or {}
+        self.owner_references = owner_references or []
+        """Set on the Lease when this lock creates it (a member Lease goes with its Pod)."""
         self._monotonic, self._wall = monotonic, wall
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
         self._observed: tuple[Any, ...] | None = None
@@ -141,7 +144,12 @@ class LeaseLock:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "labels": self.labels,
+                    **({"ownerReferences": self.owner_references} if self.owner_references else {}),
+                },
                 "spec": {**spec, "acquireTime": micro_time(now), "leaseTransitions": 0},
             }
             try:

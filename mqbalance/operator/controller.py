@@ -35,7 +35,7 @@ from mqbalance.contract import (
     topic_name,
 )
 from mqbalance.kube import ApiError, Conflict, Key
-from mqbalance.operator.handover import HandoverMode
+from mqbalance.operator.handover import Alive, HandoverMode
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, OperatorMetrics
@@ -481,17 +481,20 @@ class Controller:
             self.queue.add_after(("group", ns, name), max(0.0, outcome.wake_at - self.clock()))
         return outcome
 
-    def _alive(self, namespace: str, document: AssignmentDocument | None) -> frozenset[str]:
-        """The previous document's members and releasing owners whose pods exist and have not finished."""
+    def _alive(self, namespace: str, document: AssignmentDocument | None) -> Alive:
+        """The previous document's members and releasing owners whose pods exist and have not
+        finished; departed: those whose pod object is gone (it may still run on a lost node)."""
         if document is None:
-            return frozenset()
+            return Alive()
         names = set(document.members) | {r.owner for r in document.releasing}
-        alive = set()
+        alive, departed = set(), set()
         for pod_name in names:
             pod = self.pods.get(namespace, pod_name)
-            if pod is not None and not pod.finished:
+            if pod is None:
+                departed.add(pod_name)
+            elif not pod.finished:
                 alive.add(pod_name)
-        return frozenset(alive)
+        return Alive(alive, departed)
 
     def _remember(
         self, state: GroupState, outcome: Outcome, pods: list[PodInfo], spec: Mapping[str, Any]

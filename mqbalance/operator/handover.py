@@ -9,12 +9,21 @@ consumers). With a handover mode other than ``Off`` a move takes two published g
    and acknowledges through its sidecar (``contract.releases``);
 2. **assign**: once the old owner has released it (or is gone), the queue goes to its new owner.
 
-Queues that do not move never stop. An owner that is gone (its pod deleted or finished)
+Queues that do not move never stop. An owner whose pod finished (phase Succeeded or Failed)
 needs no acknowledgement. One that does not acknowledge within the release timeout is
 overridden (counted and reported), in ``Release`` mode at the timeout; in ``Orderly`` mode
 only once RocketMQ's broker lock on the queue has expired too (``brokerLockSeconds`` after
-the revocation) or the pod is gone, so an orderly consumer that never saw the revocation
-still holds the broker's lock and keeps the new owner out until then.
+the revocation), so an orderly consumer that never saw the revocation still holds the
+broker's lock and keeps the new owner out until then.
+
+Time-bounded ownership (Release and Orderly): each member's sidecar renews a Lease and stops
+serving its queues (is *fenced*) once ``leaseSeconds`` pass without a renewal that reached the
+API server. So an override never comes before ``leaseSeconds + leaseMarginSeconds`` after the
+revocation, whatever the release timeout says: by then an owner cut off from the API server
+has fenced itself (the margin covers the drift between its clock and ours). An owner whose pod
+object is gone (deleted, even force-deleted, its containers perhaps still running on an
+unreachable node) is *departed*, not finished: its queues are revoked like any other and handed
+on at that same bound (or at its acknowledgement), never at once.
 
 Everything here is pure: the published document carries the revocations (with their
 generation and time), the acknowledgements come from the releases ConfigMap, the clock
@@ -25,8 +34,9 @@ published document ever gives a queue to two members.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from mqbalance.contract import Ack, AssignmentDocument, Release
 from mqbalance.model import Assignment, MessageQueue, sort_queues
@@ -44,6 +54,32 @@ class HandoverMode(enum.StrEnum):
 DEFAULT_RELEASE_TIMEOUT = 30.0
 DEFAULT_BROKER_LOCK = 60.0
 """RocketMQ's broker-side lock lifetime (``REBALANCE_LOCK_MAX_LIVE_TIME``), in seconds."""
+DEFAULT_LEASE = 20.0
+"""How long a member's grant lasts without a confirmed renewal, in seconds."""
+DEFAULT_RENEW = 5.0
+"""How often a member's sidecar renews its Lease, in seconds."""
+DEFAULT_LEASE_MARGIN = 5.0
+"""What the operator adds to ``leaseSeconds`` for the drift between its clock and the sidecar's."""
+
+
+class Alive(frozenset[str]):
+    """The ``alive`` argument of :func:`step`, with the owners that *departed*.
+
+    As a set: owners whose pods exist and have not finished. ``departed``: owners whose pod object
+    is gone without being seen to finish (deleted or force-deleted): their containers may still run
+    on a node the API server cannot reach, so they are not gone before their grant has expired.
+    A plain set as ``alive`` means nobody departed: every owner outside it is gone at once.
+    """
+
+    departed: frozenset[str]
+
+    def __new__(cls, alive: Iterable[str] = (), departed: Iterable[str] = ()) -> Alive:
+        self = super().__new__(cls, alive)
+        self.departed = frozenset(departed) - self
+        return self
+
+    def __reduce__(self) -> Any:
+        return (Alive, (frozenset(self), self.departed))
 
 
 @dataclass(frozen=True)
@@ -51,13 +87,32 @@ class HandoverSpec:
     mode: HandoverMode = HandoverMode.OFF
     release_timeout: float = DEFAULT_RELEASE_TIMEOUT
     broker_lock: float = DEFAULT_BROKER_LOCK
+    lease: float = DEFAULT_LEASE
+    """``leaseSeconds``: a member's sidecar stops serving its queues this long after its last
+    confirmed renewal (Release and Orderly only)."""
+    renew: float = DEFAULT_RENEW
+    """``renewSeconds``: how often the sidecar renews."""
+    lease_margin: float = DEFAULT_LEASE_MARGIN
+    """``leaseMarginSeconds``: added to ``lease`` for clock drift before anything is handed on."""
+
+    @property
+    def leased(self) -> bool:
+        """Whether members hold time-bounded grants (every mode but Off)."""
+        return self.mode is not HandoverMode.OFF
+
+    def expired_at(self, since: float) -> float:
+        """When every grant confirmed before ``since`` has surely expired: an owner cut off from
+        the API server since then serves nothing any more (Off: at once, there are no grants)."""
+        return since + (self.lease + self.lease_margin if self.leased else 0.0)
 
     def override_at(self, since: float) -> float:
-        """When a revocation that nobody acknowledged may be overridden (if its owner still runs)."""
+        """When a revocation that nobody acknowledged may be overridden (if its owner still runs):
+        at the release timeout, never before the grants have expired, and in Orderly mode not
+        before the broker lock either."""
         wait = self.release_timeout
         if self.mode is HandoverMode.ORDERLY:
             wait = max(wait, self.broker_lock)
-        return since + wait
+        return max(since + wait, self.expired_at(since))
 
 
 @dataclass(frozen=True)
@@ -95,11 +150,14 @@ def step(
 ) -> Step:
     """From the published document and the strategy's ``target`` to the next generation's share.
 
-    ``alive``: pods that still exist and have not finished (an owner not in it is gone).
+    ``alive``: pods that still exist and have not finished (an owner not in it is gone); an
+    :class:`Alive` also names the owners that departed (pod object gone, not seen to finish):
+    outside Off mode their queues wait for their acknowledgement or :meth:`HandoverSpec.expired_at`.
     ``generation``: the number the next document will carry, should it revoke anything.
     """
     held = _holders(published.topics) if published else {}
     latest = published.generation if published else 0
+    departed = alive.departed if isinstance(alive, Alive) and spec.leased else frozenset()
 
     def released(owner: str, generation: int) -> bool:
         """Whether ``owner`` let go of what ``generation`` revoked from it: it acknowledged that
@@ -135,8 +193,10 @@ def step(
                 if owner == member or (owner is None and release is None):
                     topics[topic][member].append(mq)  # staying, or new
                 elif owner is not None:
-                    if spec.mode is HandoverMode.OFF or owner not in alive or holds_nothing(owner):
+                    if spec.mode is HandoverMode.OFF or holds_nothing(owner):
                         topics[topic][member].append(mq)  # nobody to wait for
+                    elif owner not in alive and owner not in departed:
+                        topics[topic][member].append(mq)  # finished: nobody to wait for
                     else:
                         revoking.setdefault(owner, []).append(mq)
                 else:
@@ -148,6 +208,13 @@ def step(
                         topics[topic][member].append(mq)
                         outcome["released"] += 1
                         finished[key] = "released"
+                    elif release.owner in departed:
+                        if now >= spec.expired_at(release.since):
+                            topics[topic][member].append(mq)  # its grant has surely expired
+                            outcome["gone"] += 1
+                            finished[key] = "gone"
+                        else:
+                            kept.setdefault(key, []).append(mq)
                     elif release.owner not in alive:
                         topics[topic][member].append(mq)
                         outcome["gone"] += 1
@@ -168,7 +235,7 @@ def step(
         Release(owner, generation, now, tuple(sort_queues(queues)))
         for owner, queues in sorted(revoking.items())
     ]
-    wake = [spec.override_at(r.since) for r in releasing]
+    wake = [spec.expired_at(r.since) if r.owner in departed else spec.override_at(r.since) for r in releasing]
     return Step(
         topics={t: {m: tuple(sort_queues(qs)) for m, qs in a.items()} for t, a in topics.items()},
         releasing=tuple(releasing),

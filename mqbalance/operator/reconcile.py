@@ -26,6 +26,7 @@ from typing import Any
 from mqbalance.contract import (
     Ack,
     AssignmentDocument,
+    LeaseTerms,
     Release,
     RouteNotRead,
     SpecError,
@@ -86,7 +87,8 @@ class Observed:
     acks: Mapping[str, Ack] = field(default_factory=dict)
     """Release acknowledgements, by pod (the releases ConfigMap)."""
     alive: frozenset[str] = frozenset()
-    """Pods of the previous document (members and releasing owners) that exist and have not finished."""
+    """Pods of the previous document (members and releasing owners) that exist and have not finished;
+    a :class:`~mqbalance.operator.handover.Alive` also names those whose pod object is gone."""
     routes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Topic resource name -> ``status.route``, for the Topics that have one (read from a NameServer)."""
 
@@ -204,6 +206,7 @@ def reconcile(obs: Observed) -> Outcome:
         broker_zones=broker_zones,
         handover=spec.handover.mode.value,
         releasing=releasing,
+        lease=LeaseTerms(spec.handover.lease, spec.handover.renew) if spec.handover.leased else None,
     )
     all_queues = [mq for qs in queues.values() for mq in qs]
     all_queues += [mq for topic in empty for qs in topics[topic].values() for mq in qs]

@@ -1,8 +1,8 @@
 """Reading Topic and ConsumerGroup specs into core types.
 
 The CRD schemas reject most bad input at admission, and on Kubernetes 1.28 and later
-their CEL rules reject the selector, CONFIG, MACHINE_ROOM and name-length mistakes below
-too. This module checks all of it again, since older servers (1.20) drop the rules, plus
+their CEL rules reject the selector, CONFIG, MACHINE_ROOM, handover lease and name-length
+mistakes below too. This module checks all of it again, since older servers (1.20) drop the rules, plus
 what only makes sense against other objects, with messages that say what to fix. It also fills in the
 schema's defaults, so objects created before a default existed read the same.
 """
@@ -17,13 +17,18 @@ from mqbalance.contract import MAX_GROUP_NAME, SpecError, read_strategy
 from mqbalance.model import MessageModel, StrategySpec, TopicRoute
 from mqbalance.operator.handover import (
     DEFAULT_BROKER_LOCK,
+    DEFAULT_LEASE,
+    DEFAULT_LEASE_MARGIN,
     DEFAULT_RELEASE_TIMEOUT,
+    DEFAULT_RENEW,
     HandoverMode,
     HandoverSpec,
 )
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
 DEFAULT_DEBOUNCE_SECONDS = 2.0
+LEASE_RENEWALS = 2
+"""spec.handover.leaseSeconds must be at least this many renewSeconds (a renewal may fail or be late)."""
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
@@ -167,12 +172,29 @@ def parse_handover(data: Any, model: MessageModel) -> HandoverSpec:
     for key, default, low, high in (
         ("releaseTimeoutSeconds", DEFAULT_RELEASE_TIMEOUT, 1, 3600),
         ("brokerLockSeconds", DEFAULT_BROKER_LOCK, 0, 3600),
+        ("leaseSeconds", DEFAULT_LEASE, 1, 3600),
+        ("renewSeconds", DEFAULT_RENEW, 0.5, 1800),
     ):
         value = data.get(key, default)
         if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
-            raise SpecError(f"spec.handover.{key} is {value!r}; use a number of seconds from {low} to {high}")
+            raise SpecError(
+                f"spec.handover.{key} is {value!r}; use a number of seconds from {low:g} to {high}"
+            )
         values.append(float(value))
-    return HandoverSpec(mode, values[0], values[1])
+    timeout, lock, lease, renew = values
+    margin = data.get("leaseMarginSeconds", DEFAULT_LEASE_MARGIN)
+    if not isinstance(margin, int | float) or isinstance(margin, bool) or not 0 < margin <= 600:
+        raise SpecError(
+            f"spec.handover.leaseMarginSeconds is {margin!r}; use a number of seconds more than 0 and "
+            "at most 600: it covers the drift between the operator's and the sidecars' clocks (5 by default)"
+        )
+    if lease < LEASE_RENEWALS * renew:
+        raise SpecError(
+            f"spec.handover.leaseSeconds ({lease:g}) must be at least {LEASE_RENEWALS} x renewSeconds "
+            f"({renew:g}), so that one late or failed renewal does not stop a healthy member: "
+            f"raise leaseSeconds to {LEASE_RENEWALS * renew:g} or more, or lower renewSeconds"
+        )
+    return HandoverSpec(mode, timeout, lock, lease, renew, float(margin))
 
 
 def unknown_config_queues(strategy: StrategySpec, routes: Mapping[str, TopicRoute]) -> list[str]:

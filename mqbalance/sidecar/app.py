@@ -151,11 +151,17 @@ def _number(value: str | float) -> float | None:
 
 
 async def _served(request: web.Request) -> Served:
+    return (await _group_served(request))[1]
+
+
+async def _group_served(request: web.Request) -> tuple[GroupState, Served]:
     if not request.query_string:
         # The hot path: no group to pick, no long-poll, nothing to validate.
         state = request.app[STATE]
-        if len(state.groups) == 1 and (served := state.groups[state.default_group].served) is not None:
-            return served
+        if len(state.groups) == 1:
+            only = state.groups[state.default_group]
+            if (served := only.served) is not None:
+                return only, served
     else:
         _check_params(request, ("group", "after", "timeout"))
     group = _group(request)
@@ -167,7 +173,7 @@ async def _served(request: web.Request) -> Served:
             f"no assignment received yet for group {group.resource!r} "
             "(is the operator running and the ConfigMap published?)",
         )
-    return served
+    return group, served
 
 
 async def _body(request: web.Request, fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:
@@ -219,7 +225,8 @@ def _route_of(request: web.Request) -> RouteEntry:
 
 @routes.get("/v1/queues")
 async def get_queues(request: web.Request) -> web.Response:
-    return _json_bytes((await _served(request)).queues_body)
+    group, served = await _group_served(request)
+    return _json_bytes(group.queues_body(served))
 
 
 @routes.get("/v1/assignment")

@@ -13,16 +13,21 @@ aiohttp), and can copy this file if it does not want even that::
         view = client.wait_for_change(view["generation"], timeout=60)
 
 On shutdown, after committing: ``client.release(view["generation"], all=True)``.
+
+With a handover (Release, Orderly) a pod's queues are granted for a bounded time: check
+``client.grant_valid()`` before handing each batch to the application, and stop processing every
+queue when it is False (the sidecar is fenced, or has not been heard from within the grant).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8081"
@@ -47,19 +52,63 @@ class SidecarError(Exception):
 
 class SidecarClient:
     def __init__(
-        self, base_url: str | None = None, *, group: str | None = None, timeout: float = 10.0
+        self,
+        base_url: str | None = None,
+        *,
+        group: str | None = None,
+        timeout: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``base_url`` wins; without it, ``$MQBALANCE_URL`` when set, else ``http://127.0.0.1:8081``."""
         self.base_url = (default_url() if base_url is None else base_url).rstrip("/")
         self.group = group
         """The ConsumerGroup resource to ask about; needed only when the sidecar serves several."""
         self.timeout = timeout
+        self._monotonic = monotonic
+        self._viewed = False
+        self._fenced = False
+        self._grant_until: float | None = None
+        """Monotonic deadline of the last view's grant; None when it had none (no handover)."""
+
+    # -- time-bounded ownership ------------------------------------------------
+
+    def grant_valid(self) -> bool:
+        """Whether this pod may still process the queues of the last view (:meth:`queues` or
+        :meth:`wait_for_change`): False before any view, while fenced, and once the view's
+        ``grant.validForMs`` has run out on this process's monotonic clock (counted from when the
+        answer arrived), even if the sidecar cannot be reached any more. Check it before handing
+        each batch to the application; when False, stop processing every queue and ask again.
+        A view without a grant (handover Off) is valid until replaced."""
+        if not self._viewed or self._fenced:
+            return False
+        return self._grant_until is None or self._monotonic() < self._grant_until
+
+    def grant_remaining(self) -> float | None:
+        """Seconds the last view's grant still lasts (0 when fenced or expired); None without a grant."""
+        if self._fenced:
+            return 0.0
+        if self._grant_until is None:
+            return None
+        return max(0.0, self._grant_until - self._monotonic())
+
+    def _note_view(self, view: dict[str, Any]) -> dict[str, Any]:
+        arrived = self._monotonic()
+        self._viewed = True
+        self._fenced = view.get("fenced") is True
+        grant = view.get("grant")
+        valid_ms = grant.get("validForMs") if isinstance(grant, dict) else None
+        if isinstance(valid_ms, int | float) and not isinstance(valid_ms, bool):
+            self._grant_until = arrived + max(0.0, valid_ms) / 1000.0
+        else:
+            self._grant_until = None
+        return view
 
     # -- consumer side ---------------------------------------------------------
 
     def queues(self) -> dict[str, Any]:
-        """This pod's queues per topic, with ``generation`` and ``strategy``."""
-        return self._get("/v1/queues", {})
+        """This pod's queues per topic, with ``generation`` and ``strategy`` (and, with a handover,
+        ``fenced`` and ``grant``: see :meth:`grant_valid`)."""
+        return self._note_view(self._get("/v1/queues", {}))
 
     def wait_for_change(self, after_generation: int, timeout: float = 30.0) -> dict[str, Any]:
         """Like :meth:`queues`, but waits until the generation differs from ``after_generation``.
@@ -68,7 +117,7 @@ class SidecarClient:
         ``generation``. Pass -1 to wait for the first assignment.
         """
         params = {"after": str(after_generation), "timeout": f"{timeout:g}"}
-        return self._get("/v1/queues", params, wait=timeout)
+        return self._note_view(self._get("/v1/queues", params, wait=timeout))
 
     def assignment(self) -> dict[str, Any]:
         """The whole group's assignment document."""

@@ -62,6 +62,8 @@ class SidecarConfig:
     """This pod's zone, for the machine-room selector."""
     max_wait: float = DEFAULT_MAX_WAIT
     file_poll_interval: float = 2.0
+    pod_uid: str = ""
+    """This pod's uid (downward API ``metadata.uid``): its member Lease's owner; "" for none."""
 
     @property
     def default_group(self) -> str:
@@ -81,6 +83,11 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--pod-name", default=env.get("POD_NAME", ""), help="this pod's name (env POD_NAME)")
     p.add_argument(
         "--namespace", default=env.get("POD_NAMESPACE", ""), help="the pod's namespace (env POD_NAMESPACE)"
+    )
+    p.add_argument(
+        "--pod-uid",
+        default=env.get("POD_UID", ""),
+        help="the pod's uid, owner of its member Lease (env POD_UID, from metadata.uid)",
     )
     p.add_argument(
         "--group",
@@ -213,4 +220,5 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SidecarConfig:
         fault_tolerance=bool(args.fault_tolerance),
         zone=args.zone,
         max_wait=max_wait,
+        pod_uid=args.pod_uid,
     )

@@ -16,7 +16,13 @@ from aiohttp import web
 from mqbalance.kube import KubeClient
 from mqbalance.sidecar.app import SOURCE_TASK, STATE, create_app, create_metrics_app
 from mqbalance.sidecar.config import ConfigError, SidecarConfig, parse_config
-from mqbalance.sidecar.watch import AckRecorder, AssignmentSource, FilesSource, KubernetesSource
+from mqbalance.sidecar.watch import (
+    AckRecorder,
+    AssignmentSource,
+    FilesSource,
+    KubernetesSource,
+    MemberLease,
+)
 
 log = logging.getLogger("mqbalance.sidecar")
 
@@ -38,6 +44,14 @@ async def serve(config: SidecarConfig) -> int:
             files=config.assignment_files,
             watch_topics=config.watch_topics,
             file_interval=config.file_poll_interval,
+            # Time-bounded grants (handover Release, Orderly): renewed only while a document has a lease.
+            member_lease=MemberLease(
+                kube,
+                config.namespace,
+                config.pod_name,
+                config.pod_uid,
+                groups=tuple(g for g in config.groups if g not in config.assignment_files),
+            ),
         )
         recorder = AckRecorder(kube, config.namespace, config.pod_name)
     else:

@@ -100,10 +100,25 @@ class SidecarMetrics:
             ["resource"],
             registry=r,
         )
+        for resource in ("configmap", "topics"):  # exported at 0 from the start, not from the first restart
+            self.watch_restarts.labels(resource)
         self.invalid_documents = Counter(
             f"{PREFIX}_invalid_documents",
             "Assignment documents that could not be read; the previous one stays served.",
             ["group"],
+            registry=r,
+        )
+        self.fenced = Gauge(
+            f"{PREFIX}_fenced",
+            "1 while the group's grant has expired (no Lease renewal reached the API server for "
+            "leaseSeconds): the sidecar serves no queues.",
+            ["group"],
+            registry=r,
+        )
+        self.lease_renewals = Counter(
+            f"{PREFIX}_lease_renewals",
+            "Member Lease renewals, by result (ok, failed).",
+            ["result"],
             registry=r,
         )
         self.broker_isolations = Counter(

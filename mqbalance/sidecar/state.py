@@ -3,11 +3,18 @@
 Sources (API watches, mounted files, tests) write here; HTTP handlers read. Each new
 assignment is encoded once on arrival, so serving it is a dictionary lookup and a
 write of ready bytes, however many requests follow.
+
+Time-bounded ownership: when a document carries lease terms (handover Release or Orderly) and
+the sidecar renews its member Lease (:class:`Grant` enabled), this pod may serve its queues only
+for ``lease.seconds`` after the last renewal that reached the API server, counted from when it was
+*sent*, on the monotonic clock. Past that the group is *fenced*: ``GET /v1/queues`` lists no
+queues and says ``"fenced": true`` until a renewal succeeds again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -15,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument
+from mqbalance.contract import Ack, AssignmentDocument, LeaseTerms
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.metrics import SidecarMetrics
@@ -23,6 +30,33 @@ from mqbalance.sidecar.metrics import SidecarMetrics
 log = logging.getLogger(__name__)
 
 WallClock = Callable[[], float]
+Monotonic = Callable[[], float]
+
+
+class Grant:
+    """This pod's confirmed contact with the API server: what bounds how long it may serve."""
+
+    def __init__(self, monotonic: Monotonic = time.monotonic) -> None:
+        self.enabled = False
+        """Whether a member Lease is renewed (a sidecar fed from files or a test has no grant)."""
+        self.confirmed_at: float | None = None
+        """Monotonic time at which the last renewal that then succeeded was sent."""
+        self.monotonic = monotonic
+        self.changed = asyncio.Event()
+        """Set when a renewal succeeds or new lease terms arrive (the fence watcher looks again)."""
+
+    def confirm(self, sent_at: float) -> None:
+        if self.confirmed_at is None or sent_at > self.confirmed_at:
+            self.confirmed_at = sent_at
+        self.changed.set()
+
+    def remaining(self, lease: LeaseTerms | None) -> float | None:
+        """Seconds this grant still lasts under ``lease`` (0: fenced); None when there is no grant."""
+        if not self.enabled or lease is None:
+            return None
+        if self.confirmed_at is None:
+            return 0.0  # no renewal yet: fenced until the first one succeeds
+        return max(0.0, self.confirmed_at + lease.seconds - self.monotonic())
 
 
 def _dumps(data: Any) -> bytes:
@@ -39,6 +73,8 @@ class Served:
     """``GET /v1/queues``: this pod's queues."""
     assignment_body: bytes
     """``GET /v1/assignment``: the whole document."""
+    fenced_body: bytes = b""
+    """``GET /v1/queues`` while fenced (documents with lease terms only): no queues."""
 
     @property
     def generation(self) -> int:
@@ -76,6 +112,17 @@ def member_view(resource: str, member: str, doc: AssignmentDocument, received_at
     return view
 
 
+def fenced_view(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` (a :func:`member_view`) while fenced: no queues, and why."""
+    return {
+        **view,
+        "queueCount": 0,
+        "queues": {topic: [] for topic in view["queues"]},
+        "fenced": True,
+        "grant": {"validForMs": 0},
+    }
+
+
 def _queue_lists(queues: Iterable[MessageQueue]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for mq in queues:
@@ -86,8 +133,18 @@ def _queue_lists(queues: Iterable[MessageQueue]) -> dict[str, list[dict[str, Any
 class GroupState:
     """One ConsumerGroup's served assignment and the long-polls waiting on it."""
 
-    def __init__(self, resource: str, member: str, metrics: SidecarMetrics, clock: WallClock) -> None:
+    def __init__(
+        self,
+        resource: str,
+        member: str,
+        metrics: SidecarMetrics,
+        clock: WallClock,
+        grant: Grant | None = None,
+    ) -> None:
         self.resource = resource
+        self.grant = grant if grant is not None else Grant()
+        self._fenced = False
+        """Fenced as last checked by :meth:`check_fence`."""
         self.member = member
         self.served: Served | None = None
         self._metrics = metrics
@@ -109,13 +166,18 @@ class GroupState:
         ):
             return False
         now = self._clock()
+        view = member_view(self.resource, self.member, doc, now)
         self.served = Served(
             document=doc,
             received_at=now,
-            queues_body=_dumps(member_view(self.resource, self.member, doc, now)),
+            queues_body=_dumps(view),
             assignment_body=doc.encode().encode(),
+            fenced_body=_dumps(fenced_view(view)) if doc.lease is not None else b"",
         )
         self._record(current.document if current is not None else None, doc, now)
+        self.grant.changed.set()
+        self._fenced = self.fenced()
+        self._metrics.fenced.labels(self.resource).set(1 if self._fenced else 0)
         self._wake()
         log.info(
             "group %s: serving generation %d (%s), %d queues for %s",
@@ -126,6 +188,46 @@ class GroupState:
             self.member,
         )
         return True
+
+    def remaining(self) -> float | None:
+        """Seconds the served assignment's grant still lasts (0: fenced); None without a grant."""
+        served = self.served
+        return None if served is None else self.grant.remaining(served.document.lease)
+
+    def fenced(self) -> bool:
+        """Serving no queues: the grant expired without a renewal that reached the API server."""
+        return self.remaining() == 0.0
+
+    def queues_body(self, served: Served) -> bytes:
+        """``GET /v1/queues`` now: the encoded view with the grant's state spliced in."""
+        remaining = self.grant.remaining(served.document.lease)
+        if remaining is None:
+            return served.queues_body
+        if remaining <= 0.0:
+            return served.fenced_body
+        valid_ms = int(remaining * 1000)
+        return served.queues_body[:-1] + b',"fenced":false,"grant":{"validForMs":%d}}' % valid_ms
+
+    def check_fence(self) -> bool:
+        """Note a change of the fence (metric, log, long-polls woken); whether it changed."""
+        fenced = self.fenced()
+        if fenced == self._fenced:
+            return False
+        self._fenced = fenced
+        self._metrics.fenced.labels(self.resource).set(1 if fenced else 0)
+        if fenced:
+            log.error(
+                "group %s: no Lease renewal reached the API server for %gs: fenced, serving no queues",
+                self.resource,
+                self.served.document.lease.seconds if self.served and self.served.document.lease else 0,
+            )
+        else:
+            log.warning("group %s: Lease renewed: serving generation %s", self.resource, self._generation())
+        self._wake()
+        return True
+
+    def _generation(self) -> int | None:
+        return self.served.generation if self.served is not None else None
 
     def withdraw(self) -> None:
         """The ConfigMap is gone: serve nothing rather than a stale assignment."""
@@ -145,9 +247,12 @@ class GroupState:
         (or at once while the sidecar stops)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        fenced = self._fenced
         while True:
             served = self.served
             if (served is not None and served.generation != after) or self._stopping:
+                return served
+            if self._fenced != fenced:  # fenced, or serving again: the view changed
                 return served
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -271,11 +376,13 @@ class SidecarState:
         metrics: SidecarMetrics | None = None,
         *,
         clock: WallClock = time.time,
+        monotonic: Monotonic = time.monotonic,
     ) -> None:
         self.member = member
         self.metrics = metrics if metrics is not None else SidecarMetrics()
         self.selector = selector
-        self.groups = {g: GroupState(g, member, self.metrics, clock) for g in groups}
+        self.grant = Grant(monotonic)
+        self.groups = {g: GroupState(g, member, self.metrics, clock, self.grant) for g in groups}
         if not self.groups:
             raise ValueError("a sidecar serves at least one group")
         self.default_group = next(iter(self.groups))
@@ -292,6 +399,34 @@ class SidecarState:
 
     def withdraw(self, group: str) -> None:
         self.groups[group].withdraw()
+
+    def lease_terms(self) -> LeaseTerms | None:
+        """The strictest lease terms of the served documents (shortest lease, most frequent renewal)."""
+        docs = [g.served.document for g in self.groups.values() if g.served is not None]
+        terms = [d.lease for d in docs if d.lease is not None]
+        if not terms:
+            return None
+        return LeaseTerms(min(t.seconds for t in terms), min(t.renew_seconds for t in terms))
+
+    def confirm_contact(self, sent_at: float) -> None:
+        """A Lease renewal sent at ``sent_at`` (monotonic) succeeded."""
+        self.grant.confirm(sent_at)
+        self.check_fences()
+
+    def check_fences(self) -> None:
+        for group in self.groups.values():
+            group.check_fence()
+
+    async def watch_fences(self) -> None:
+        """Fence each group the moment its grant expires (metric, long-polls), until cancelled."""
+        grant = self.grant
+        while True:
+            grant.changed.clear()
+            self.check_fences()
+            left = [r for g in self.groups.values() if (r := g.remaining())]
+            with contextlib.suppress(TimeoutError):
+                # A hair past the expiry, so the check after the wait sees it expired.
+                await asyncio.wait_for(grant.changed.wait(), min(left) + 0.001 if left else None)
 
     def missing_groups(self) -> list[str]:
         return [g for g, s in self.groups.items() if s.served is None]

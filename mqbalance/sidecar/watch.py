@@ -9,8 +9,10 @@ reconnect after other failures with backoff.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +29,7 @@ from mqbalance.contract import (
     read_topic,
     releases_configmap_name,
 )
-from mqbalance.kube import Informer, Key, KubeClient
+from mqbalance.kube import ApiError, Informer, Key, KubeClient, LeaseLock
 from mqbalance.model import TopicRoute
 from mqbalance.sidecar.state import SidecarState
 
@@ -104,6 +106,114 @@ class AckRecorder:
         await self._kube.merge_patch(path, {"data": {self._pod: ack.encode()}})
 
 
+MEMBER_LEASE_SUFFIX = "-mqbalance-member"
+MAX_NAME = 253
+
+
+def member_lease_name(pod: str) -> str:
+    """``<pod>-mqbalance-member``; a pod name too long for that keeps its start and a hash of the whole."""
+    name = pod + MEMBER_LEASE_SUFFIX
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(pod.encode()).hexdigest()[:10]
+    return f"{pod[: MAX_NAME - len(MEMBER_LEASE_SUFFIX) - 11]}-{digest}{MEMBER_LEASE_SUFFIX}"
+
+
+class MemberLease:
+    """Renews this pod's coordination.k8s.io Lease while a served document carries lease terms.
+
+    Every renewal that succeeds confirms contact with the API server from the moment it was
+    *sent* (a slow answer must not stretch the grant past what the operator counts from);
+    :class:`~mqbalance.sidecar.state.SidecarState` fences the groups once ``lease.seconds`` pass
+    without one. The Lease is owned by the Pod when its uid is known, so it goes with the Pod.
+
+    After a failed renewal (and before the first), contact counts only once the groups'
+    ConfigMaps (``groups``) have been read again too: a watch cut with the renewals may not have
+    caught up yet, and a pod must not serve again what was taken from it meanwhile.
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        namespace: str,
+        pod: str,
+        pod_uid: str = "",
+        *,
+        groups: tuple[str, ...] = (),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kube, self._namespace, self.groups = kube, namespace, groups
+        self._stale = True
+        """No renewal succeeded since the last failure: read the documents again before trusting it."""
+        owner = [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod_uid}] if pod_uid else []
+        self.lock = LeaseLock(
+            kube,
+            namespace,
+            member_lease_name(pod),
+            pod,
+            DEFAULT_MEMBER_LEASE,
+            monotonic=monotonic,
+            labels={"app.kubernetes.io/managed-by": "mqbalance", "mqbalance.io/member": "true"},
+            owner_references=owner,
+        )
+
+    async def run(self, state: SidecarState) -> None:
+        state.grant.enabled = True
+        state.check_fences()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(state.watch_fences())
+            tasks.create_task(self.renew(state))
+
+    async def renew(self, state: SidecarState) -> None:
+        while True:
+            terms = state.lease_terms()
+            if terms is None:  # no document with a lease (yet): nothing to renew
+                state.grant.changed.clear()
+                await state.grant.changed.wait()
+                continue
+            await self.renew_once(state, terms.seconds, terms.renew_seconds)
+            await asyncio.sleep(terms.renew_seconds)
+
+    async def renew_once(self, state: SidecarState, lease: float, renew: float) -> bool:
+        """One renewal (at most ``renew`` seconds long); whether it succeeded."""
+        lock = self.lock
+        lock.duration = lease
+        before = lock.renewed_at
+        try:
+            async with asyncio.timeout(max(renew, 1.0)):
+                await lock.try_hold()
+        except TimeoutError:
+            log.warning("member lease %s: renewal timed out after %gs", lock.name, max(renew, 1.0))
+        ok = lock.renewed_at is not None and lock.renewed_at != before
+        if ok and self._stale:
+            ok = await self.resync(state)
+        state.metrics.lease_renewals.labels("ok" if ok else "failed").inc()
+        self._stale = not ok
+        if ok:
+            assert lock.renewed_at is not None
+            state.confirm_contact(lock.renewed_at)
+        return ok
+
+    async def resync(self, state: SidecarState) -> bool:
+        """Read each group's ConfigMap now and serve what it holds; whether every read succeeded."""
+        for group in self.groups:
+            path = f"/api/v1/namespaces/{self._namespace}/configmaps/{configmap_name(group)}"
+            try:
+                text = configmap_snapshot(await self._kube.get(path))
+            except ApiError as e:
+                if e.status != 404:
+                    log.warning("group %s: cannot read the assignment after a lost renewal: %s", group, e)
+                    return False
+                state.withdraw(group)
+                continue
+            if text is not None:
+                apply_text(state, group, text)
+        return True
+
+
+DEFAULT_MEMBER_LEASE = 20.0
+
+
 class KubernetesSource:
     """Watches every group's ConfigMap (unless it has a file) and the namespace's Topics."""
 
@@ -116,8 +226,10 @@ class KubernetesSource:
         files: Mapping[str, Path] | None = None,
         watch_topics: bool = True,
         file_interval: float = 2.0,
+        member_lease: MemberLease | None = None,
     ) -> None:
         self._kube = kube
+        self._member_lease = member_lease
         self._namespace = namespace
         self._groups = groups
         self._files = dict(files or {})
@@ -133,6 +245,8 @@ class KubernetesSource:
                     tasks.create_task(self.configmap_informer(state, group).run())
             if self._watch_topics:
                 tasks.create_task(self.topic_informer(state).run())
+            if self._member_lease is not None:
+                tasks.create_task(self._member_lease.run(state))
 
     def configmap_informer(self, state: SidecarState, group: str) -> Informer[str | None]:
         name = configmap_name(group)

@@ -154,6 +154,10 @@ pod's zone for the producer's machine-room selector.
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    - name: POD_UID
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.uid
     - name: MQBALANCE_GROUP
       value: {{ required "mqbalance.sidecar.container needs a group (the ConsumerGroup name)" .group | quote }}
     - name: MQBALANCE_SIDECAR_PORT

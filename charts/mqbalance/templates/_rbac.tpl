@@ -66,6 +66,11 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
     - {{ printf "%s-releases" . }}
     {{- end }}
   verbs: [patch]
+# Time-bounded ownership (spec.handover Release/Orderly): each pod renews its own member Lease
+# "<pod>-mqbalance-member". Pod names are not known in advance, and create cannot be narrowed by name.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
 {{- end }}
 {{- if .Values.sidecar.watchTopics }}
 - apiGroups: [mqbalance.io]

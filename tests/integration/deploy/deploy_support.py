@@ -16,13 +16,16 @@ from typing import Any
 import yaml
 
 from harness.cluster import LocalCluster
+from harness.polling import deadline, scaled
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "mqbalance"
 
 
 def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [str(helm), *args], capture_output=True, text=True, timeout=scaled(120), check=False
+    )
     if check and result.returncode != 0:
         raise AssertionError(
             f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
@@ -40,13 +43,15 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def service_account_token(cluster: LocalCluster, namespace: str, name: str, timeout: float = 60.0) -> str:
     """A bound token of the ServiceAccount (TokenRequest), once the account exists."""
-    deadline = time.monotonic() + timeout
+    give_up = deadline(timeout)
     while True:
         status, _ = cluster.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
         if status == 200:
             return cluster.service_account_token(namespace, name)
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"ServiceAccount {namespace}/{name} did not appear within {timeout:.0f} s")
+        if time.monotonic() >= give_up:
+            raise AssertionError(
+                f"ServiceAccount {namespace}/{name} did not appear within {timeout:.0f} s (scaled)"
+            )
         time.sleep(0.2)
 
 

@@ -187,6 +187,12 @@ def test_sidecar_can_read_its_assignment_and_topics_only(
     for verb, resource in forbidden:
         assert not can_i(cluster, sa, verb, resource, namespace), f"sidecar may {verb} {resource}"
     assert not can_i(cluster, sa, "list", "topics.mqbalance.io", "default")
+    # Its member Lease (time-bounded ownership), in its namespace only, and no more than renewing it.
+    leases = "leases.coordination.k8s.io"
+    for verb in ("get", "create", "update"):
+        assert can_i(cluster, sa, verb, leases, namespace), f"sidecar cannot {verb} leases"
+    for verb, ns in (("delete", namespace), ("list", namespace), ("create", "default")):
+        assert not can_i(cluster, sa, verb, leases, ns), f"sidecar may {verb} leases in {ns}"
 
 
 def test_operator_and_sidecar_work_as_the_chart_service_accounts(

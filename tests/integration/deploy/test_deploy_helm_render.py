@@ -270,8 +270,11 @@ def test_sidecar_role_reads_its_groups_and_writes_only_their_releases(helm: Path
     assert rules[("configmaps",), ("orders-assignment", "billing-assignment")] == {"get", "list", "watch"}
     # Its one write: release acknowledgements, in its groups' releases ConfigMaps only.
     assert rules[("configmaps",), ("orders-releases", "billing-releases")] == {"patch"}
+    # And its member Lease (time-bounded ownership): Lease names follow pod names, unknown in advance.
+    (lease,) = [r for r in role["rules"] if r["resources"] == ["leases"]]
+    assert (lease["apiGroups"], set(lease["verbs"])) == (["coordination.k8s.io"], {"get", "create", "update"})
     writes = {verb for verbs in rules.values() for verb in verbs} - {"get", "list", "watch"}
-    assert writes == {"patch"}
+    assert writes == {"patch", "create", "update"}
     # Without the groups named, nothing can be narrowed: reads only, no patch at all.
     docs = render(helm, "--set", "sidecar.namespaces={shop}")
     (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-sidecar")]

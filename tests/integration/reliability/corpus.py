@@ -34,6 +34,7 @@ CONFIG_NEEDS_MAP = "strategy CONFIG needs spec.strategy.config: map member pod n
 VALUES_NEEDED = "operators In and NotIn need at least one value in values"
 NO_VALUES = "operators Exists and DoesNotExist take no values; remove values"
 NAME_TOO_LONG = "metadata.name may have at most 63 characters"
+LEASE_TOO_SHORT = "spec.handover.leaseSeconds must be at least 2 x renewSeconds"
 # crds/mqbalance.io_topics.yaml
 TOPIC_NEEDS_COUNTS = "without spec.nameServer, spec.brokers must list every broker with readQueueNums"
 
@@ -172,6 +173,9 @@ GROUP_REJECT: dict[str, list[Any]] = {
     "zoneLabel": ["", "l" * 317, 5],
     "debounceSeconds": [-1, 601, "2", True, 1e308, -0.001],
     "groupName": ["has space", "g" * 256, "ünïcode", "a/b"],
+    "handover.leaseSeconds": [0, 3601, "20", True],
+    "handover.renewSeconds": [0, 0.25, 1801, "5"],
+    "handover.leaseMarginSeconds": [0, -1, 601, "5"],
 }
 
 
@@ -329,6 +333,27 @@ def hand_written() -> list[Case]:
         ),
         Case(
             "ConsumerGroup", "name as long as a label value", base_group(), "served", resource_name="g" * 63
+        ),
+        # Time-bounded ownership: a grant must outlive one late or failed renewal.
+        Case(
+            "ConsumerGroup",
+            "lease shorter than two renewals",
+            _set(base_group(), "handover", {"mode": "Release", "leaseSeconds": 9, "renewSeconds": 5}),
+            note="renewSeconds must be at most half of leaseSeconds",
+            **cel_rejected("spec.handover.leaseSeconds", LEASE_TOO_SHORT),
+        ),
+        Case(
+            "ConsumerGroup",
+            "lease shorter than two default renewals",
+            _set(base_group(), "handover", {"mode": "Orderly", "leaseSeconds": 6}),
+            note="the default renewSeconds (5) is filled in before the rule is checked",
+            **cel_rejected("spec.handover.leaseSeconds", LEASE_TOO_SHORT),
+        ),
+        Case(
+            "ConsumerGroup",
+            "lease exactly two renewals",
+            _set(base_group(), "handover", {"mode": "Release", "leaseSeconds": 2, "renewSeconds": 1}),
+            "served",
         ),
         # An empty string: 1.20 reads it as null and rejects it; the current server keeps it.
         Case(
