@@ -25,6 +25,7 @@ the node runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -45,9 +46,12 @@ from harness.node_workload import (
     consumer_deployment,
     install_chart,
     pods,
+    pods_timeout,
     ready_pod_names,
+    rollout_status,
     wait_members,
 )
+from harness.polling import wait_for
 
 PODS = 4
 FLOOR = "floor"
@@ -94,6 +98,11 @@ def ready_of(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def new_ready(node: RealNode, before: set[str]) -> bool:
+    """A consumer pod is Ready that was not among ``before``."""
+    return len(ready_pod_names(node) - before) >= 1
+
+
 def node_rss(node: RealNode) -> dict[str, float]:
     """Resident MiB of each node component, and of the pods' processes by kind (summed)."""
     out = {name: rss_mib(pid) for name, pid in node.pids.items()}
@@ -136,7 +145,7 @@ def main() -> int:
         install_chart(node, images)
         apply_examples(node, debounce=0)
         apply(node, consumer_deployment(images, replicas=PODS))
-        node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", "--timeout=300s", timeout=320)
+        rollout_status(node, GROUP, timeout=pods_timeout(PODS) + 60)
         first = wait_members(node, PODS)
         observer, *flippers = sorted(first.members)
 
@@ -211,13 +220,12 @@ def main() -> int:
                 before = ready_pod_names(node)
                 began = time.monotonic()
                 node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", f"--replicas={PODS + 1}")
-                while len(ready_pod_names(node) - before) < 1:
-                    time.sleep(0.1)
+                started_one = functools.partial(new_ready, node, before)
+                wait_for("a new pod Ready", started_one, pods_timeout(1), 0.1)
                 starts.append(time.monotonic() - began)
                 node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", f"--replicas={PODS}")
-                node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", "--timeout=120s")
-                while len(pods(node)) > PODS:
-                    time.sleep(0.2)
+                rollout_status(node, GROUP, timeout=120)
+                wait_for("the extra pod gone", lambda: len(pods(node)) <= PODS, 120, 0.2)
             memory = node_rss(node)
         finally:
             app.stop()

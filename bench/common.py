@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from harness import polling
 from harness.cluster import LocalCluster
 from harness.kubeapi import ApiError, KubeApi, load_client
 from harness.processes import SidecarProcess
@@ -233,7 +234,7 @@ class Arrivals:
 
     def wait(self, name: str, at_least: int, timeout: float = 60) -> tuple[float, int]:
         """The first arrival of ``name`` with generation ``at_least`` or more."""
-        deadline = time.monotonic() + timeout
+        deadline = polling.deadline(timeout)
         with self._cond:
             while True:
                 for at, generation in self._seen.get(name, []):

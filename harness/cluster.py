@@ -23,6 +23,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
@@ -43,6 +44,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
+
+from harness import polling
 
 CURRENT_K8S_VERSION = "v1.37.2"
 """The release built from Go modules (hack/build-kubernetes.sh's default); the default cluster."""
@@ -552,10 +555,12 @@ class LocalCluster:
         input: str | None = None,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the kubectl of this cluster's version against it; output is captured as text."""
+        """Run the kubectl of this cluster's version against it; output is captured as text.
+
+        ``timeout`` is the allowance on an unloaded machine, scaled (harness.polling.scaled)."""
         argv = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
         result = subprocess.run(
-            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
+            argv, input=input, capture_output=True, text=True, timeout=polling.scaled(timeout), check=False
         )
         if check and result.returncode != 0:
             raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
@@ -572,8 +577,24 @@ class LocalCluster:
         """
         validate = ["--validate=false"] if self.legacy else []
         self.kubectl("apply", *validate, "-f", str(path))
+        self.wait_crds_established(names, timeout)
+
+    def wait_crds_established(self, names: Sequence[str], timeout: float = 60.0) -> None:
+        """Until every CRD of ``names`` reports Established=True (``timeout`` scaled for load).
+
+        Polled here rather than with ``kubectl wait --for=condition=Established``: kubectl 1.37
+        fails at once ("status.conditions accessor error: <nil>") when it reads a CRD the API
+        server has not given a status yet, which a busy machine makes likely."""
         for name in names:
-            self.kubectl("wait", "--for=condition=Established", f"crd/{name}", f"--timeout={timeout:.0f}s")
+            established = functools.partial(self._established, name)
+            polling.wait_for(f"CRD {name} to be Established", established, timeout, 0.1, ClusterError)
+
+    def _established(self, name: str) -> bool:
+        status, body = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        if status != 200 or not isinstance(body, dict):
+            return False
+        conditions = (body.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     def request(
         self,
@@ -596,7 +617,8 @@ class LocalCluster:
             default = "application/merge-patch+json" if method == "PATCH" else "application/json"
             req.add_header("Content-Type", content_type or default)
         try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context()) as resp:
+            allowed = polling.scaled(timeout)
+            with urllib.request.urlopen(req, timeout=allowed, context=self._ssl_context()) as resp:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as err:
             status, raw = err.code, err.read()
@@ -844,7 +866,8 @@ class LocalCluster:
         )
 
     def _wait(self, what: str, comp: _Component, probe: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + self.ready_timeout
+        started = time.monotonic()
+        deadline = polling.deadline(self.ready_timeout)
         last_error = ""
         while time.monotonic() < deadline:
             if not comp.running():
@@ -856,7 +879,8 @@ class LocalCluster:
                 last_error = str(exc)
             time.sleep(0.1)
         raise ClusterError(
-            f"timed out after {self.ready_timeout:.0f} s waiting for {what} "
+            f"timed out after {time.monotonic() - started:.0f} s (allowance {self.ready_timeout:.0f} s,"
+            f" scaled for load and {polling.SCALE_ENV}) waiting for {what} "
             f"(last error: {last_error or 'none'}):\n{self.logs()}"
         )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.node_host import CONTAINERD_SOCKET, RUN_ROOT, HostError
+from harness.polling import scaled
 
 CNI_BIN_DIR = Path("/usr/lib/cni")
 NAMESPACE = "k8s.io"
@@ -148,7 +149,7 @@ class Ctr:
         self, *args: str, check: bool = True, timeout: float = 120.0
     ) -> subprocess.CompletedProcess[str]:
         argv = ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *args]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(timeout), check=False)
         if check and result.returncode != 0:
             raise HostError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
         return result

@@ -25,6 +25,7 @@ from harness.node_workload import (
     apply_examples,
     consumer_deployment,
     install_chart,
+    rollout_status,
     sidecar_view,
     wait_members,
 )
@@ -35,8 +36,7 @@ DEBOUNCE = 3.0
 
 def _scale(node: RealNode, replicas: int, timeout: float) -> AssignmentDocument:
     node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", f"--replicas={replicas}")
-    wait = f"--timeout={timeout:.0f}s"
-    node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", wait, timeout=timeout + 20)
+    rollout_status(node, GROUP, timeout=timeout)
     try:
         return wait_members(node, replicas, timeout)
     except AssertionError as exc:

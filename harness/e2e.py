@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,11 +50,12 @@ from typing import Any, ClassVar
 
 from kubernetes import client, config
 
-from harness import kubelet
+from harness import kubelet, polling
 from harness.cluster import LocalCluster
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
 from harness.processes import OperatorProcess, SidecarProcess
 from harness.rocketmq import RocketMQ
+from mqbalance.journal import JournalRecord
 
 REPO = Path(__file__).resolve().parents[1]
 JAVA_MODULE = REPO / "clients" / "java"
@@ -64,6 +65,12 @@ BROKERS = ("broker-a", "broker-b")
 QUEUES_PER_BROKER = 4
 NODE = "e2e-node"
 _JVM = ("-Xms32m", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+
+
+def _log_root(directory: Path) -> tuple[str, str]:
+    """Where RocketMQ's client logs: 4.x reads rocketmq.client.logRoot (ClientLogger), 5.x
+    rocketmq.log.root (its rmq.client.logback.xml); otherwise ~/logs/rocketmqlogs."""
+    return (f"-Drocketmq.client.logRoot={directory}", f"-Drocketmq.log.root={directory}")
 
 
 class E2eError(RuntimeError):
@@ -98,7 +105,7 @@ class JavaProgram:
     interrupted run; each JVM has a session of its own, so nothing else would)."""
 
     def __init__(self, classpath: str, main: str, args: Sequence[str], log: Path) -> None:
-        self.argv = ["java", *_JVM, "-cp", classpath, f"-Drocketmq.client.logRoot={log.parent}", main, *args]
+        self.argv = ["java", *_JVM, "-cp", classpath, *_log_root(log.parent), main, *args]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
         JavaProgram.running.add(self)
@@ -117,7 +124,7 @@ class JavaProgram:
                     # threads, and Linux ties that signal to the starting thread.
                     start_new_session=True,
                 )
-            deadline = time.monotonic() + timeout
+            deadline = polling.deadline(timeout)
             while "started" not in self.log.read_text(errors="replace"):
                 if self.proc.poll() is not None:
                     if attempt + 1 < attempts:
@@ -476,6 +483,14 @@ class Score:
     """Queues moved between live members and how long they went unconsumed (mqbalance variants)."""
     duplicates_after_kill: int = 0
     """Of ``duplicates``, those whose first consumer was SIGKILLed (it had not committed them)."""
+    produced_queues: frozenset[str] = frozenset()
+    """Queues (``broker:id``) this run's producer wrote to."""
+    consumers: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Queue (``broker:id``) -> the members that consumed this run's messages from it."""
+    owners: dict[str, frozenset[str]] | None = None
+    """mqbalance variants: queue -> every member a generation of the group named as its owner."""
+    final_owners: dict[str, str] | None = None
+    """mqbalance variants: queue -> its owner in the group's last generation."""
 
 
 def run(
@@ -533,14 +548,14 @@ def run(
             log(event)
         time.sleep(max(0.0, started + seconds - time.monotonic()))
         producer.close_stdin()
-        producer.wait(60)
+        producer.wait(polling.scaled(60))
         stopped = time.monotonic()
         stopped_epoch = time.time()
         produced = _read_produced(produced_file)
         log(f"produced {len(produced)} messages; draining")
         scores = []
         pending = {v.group for v in active}
-        deadline = stopped + drain_timeout
+        deadline = stopped + polling.scaled(drain_timeout)
         drained: dict[str, float] = {}
         while pending and time.monotonic() < deadline:
             for group in list(pending):
@@ -563,12 +578,29 @@ def run(
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
         if isinstance(v, MqbalanceVariant):
+            score.owners, score.final_owners = journal_owners(journal, v.group, TOPIC)
             moved = with_first_consumption(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
             score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch))
         scores.append(score)
     return scores
+
+
+def journal_owners(
+    journal: Iterable[JournalRecord], group: str, topic: str
+) -> tuple[dict[str, frozenset[str]], dict[str, str]]:
+    """Per queue (``broker:id``) of ``topic``: every member ``group``'s generations named as its
+    owner, and its owner in the last generation."""
+    owners: dict[str, set[str]] = defaultdict(set)
+    final: dict[str, str] = {}
+    for r in sorted((r for r in journal if r.group == group), key=lambda r: r.generation):
+        final = {}
+        for member, queues in r.assignment.get(topic, {}).items():
+            for mq in queues:
+                owners[f"{mq.broker_name}:{mq.queue_id}"].add(member)
+                final[f"{mq.broker_name}:{mq.queue_id}"] = member
+    return {q: frozenset(m) for q, m in owners.items()}, final
 
 
 def _read_produced(path: Path) -> dict[tuple[str, int, int], tuple[str, int]]:
@@ -612,8 +644,10 @@ def score_variant(
     records = [r for r in records if (r[1], r[2], r[3]) in produced]
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
     first_by: dict[tuple[str, int, int], str] = {}
+    consumers: dict[str, set[str]] = defaultdict(set)
     for _, broker, queue, offset, *_, member in records:
         seen[(broker, queue, offset)] += 1
+        consumers[f"{broker}:{queue}"].add(member)
         first_by.setdefault((broker, queue, offset), member)
     lost = sum(1 for key in produced if key not in seen)
     duplicates = sum(n - 1 for n in seen.values())
@@ -661,4 +695,6 @@ def score_variant(
         order_violations=violations,
         drained_s=float("nan"),
         duplicates_after_kill=after_kill,
+        produced_queues=frozenset(f"{broker}:{queue}" for broker, queue, _ in produced),
+        consumers={q: frozenset(members) for q, members in consumers.items()},
     )

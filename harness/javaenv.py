@@ -31,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
 
+from harness import polling
 from harness.cluster import LocalCluster, free_port
 from harness.rocketmq import RocketMQ
 
@@ -89,7 +90,7 @@ def sidecar(
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = polling.deadline(60)
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"sidecar {pod} exited:\n{(logs / f'sidecar-{pod}.log').read_text()}")
@@ -98,7 +99,7 @@ def sidecar(
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"sidecar {pod} not ready in 60 s") from None
+                    raise RuntimeError(f"sidecar {pod} not ready in 60 s (scaled for load)") from None
                 time.sleep(0.2)
         yield url
     finally:

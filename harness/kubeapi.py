@@ -14,7 +14,10 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from harness.polling import scaled
+
 REQUEST_TIMEOUT = 30.0
+"""One call's allowance on an unloaded machine; each call scales it (harness.polling.scaled)."""
 
 
 class ApiError(RuntimeError):
@@ -51,7 +54,7 @@ class KubeApi:
         )
         try:
             response = self.client.call_api(
-                method, url, header_params=headers, body=serialized, _request_timeout=REQUEST_TIMEOUT
+                method, url, header_params=headers, body=serialized, _request_timeout=scaled(REQUEST_TIMEOUT)
             )
             response.read()  # type: ignore[no-untyped-call]
         except ApiException as e:

@@ -21,6 +21,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from harness.polling import deadline as deadline_after
+
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CONSUMER_IMAGE = "example/consumer"
@@ -274,7 +276,7 @@ def delete_pod(
         return
     if not wait:
         return
-    deadline = time.monotonic() + timeout
+    deadline = deadline_after(timeout)
     while time.monotonic() < deadline:
         try:
             core.read_namespaced_pod(name, namespace)
@@ -283,4 +285,6 @@ def delete_pod(
                 return
             raise
         time.sleep(0.1)
-    raise TimeoutError(f"pod {namespace}/{name} still present {timeout:.0f} s after a forced delete")
+    raise TimeoutError(
+        f"pod {namespace}/{name} still present {timeout:.0f} s (scaled for load) after a forced delete"
+    )

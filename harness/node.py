@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from harness import node_host
+from harness import node_host, polling
 from harness.cluster import (
     HELM_VERSION,
     SERVICE_ACCOUNT_ISSUER,
@@ -704,7 +704,7 @@ class RealNode(LocalCluster):
             "delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force", "--wait=false",
             check=False, timeout=60,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
+        deadline = polling.deadline(60)
         while time.monotonic() < deadline and self.ctr.up() and self.ctr.containers():
             time.sleep(0.2)
 

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness import polling
+
 RUN_ROOT = Path(os.environ.get("MQBALANCE_NODE_RUN", "/run/mqbalance-node"))
 """containerd's state and socket, the runc root, the state file; fixed: there is one node per machine."""
 NODE_ROOT = Path(os.environ.get("MQBALANCE_NODE_ROOT", "/var/lib/mqbalance-node"))
@@ -60,7 +62,9 @@ class HostError(RuntimeError):
 
 
 def run(argv: list[str], *, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    result = subprocess.run(
+        argv, capture_output=True, text=True, timeout=polling.scaled(timeout), check=False
+    )
     if check and result.returncode != 0:
         raise HostError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
     return result
@@ -249,7 +253,7 @@ def kill_pids(pids: Iterable[int], timeout: float = 5.0) -> None:
     for pid in pending:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
+    deadline = polling.deadline(timeout)
     while pending and time.monotonic() < deadline:
         pending = [p for p in pending if Path(f"/proc/{p}").exists() and not _zombie(p)]
         time.sleep(0.05)

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from harness.node import Images, RealNode
-from harness.polling import wait_for
+from harness.polling import scaled, wait_for, work_timeout
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.journal import KIND, JournalRecord
 
@@ -30,9 +30,26 @@ OPERATOR = f"{RELEASE}-operator"
 APP_PORT = 8080
 
 
-def helm(node: RealNode, *args: str) -> str:
+POD_START = 30.0
+"""Seconds one consumer pod may take to become Ready on an unloaded node (its image already in
+containerd): deadlines for N pods allow 60 s plus this for each, scaled like every wait."""
+
+
+def pods_timeout(count: int) -> float:
+    """The allowance, unscaled, for ``count`` pods to start and be published."""
+    return work_timeout(60, POD_START, count)
+
+
+def rollout_status(node: RealNode, deployment: str, namespace: str = NAMESPACE, timeout: float = 240) -> None:
+    """``kubectl rollout status`` of ``deploy/<deployment>``, with ``timeout`` scaled for the machine."""
+    allowed = scaled(timeout)
+    wait = f"--timeout={allowed:.0f}s"
+    node.kubectl("rollout", "status", "-n", namespace, f"deploy/{deployment}", wait, timeout=allowed + 20)
+
+
+def helm(node: RealNode, *args: str, timeout: float = 300) -> str:
     argv = [str(node.helm), "--kubeconfig", str(node.kubeconfig), *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(timeout), check=False)
     if result.returncode != 0:
         raise AssertionError(
             f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
@@ -50,7 +67,8 @@ def install_chart(node: RealNode, images: Images) -> None:
         "--set", f"image.tag={images.tag}",
         "--set", "image.pullPolicy=Never",
         "--set", f"sidecar.namespaces={{{NAMESPACE}}}",
-        "--wait", "--timeout", "240s",
+        "--wait", "--timeout", f"{scaled(240):.0f}s",
+        timeout=360,
     )  # fmt: skip
 
 
@@ -158,8 +176,9 @@ def ready_pod_names(node: RealNode) -> set[str]:
     return {p["metadata"]["name"] for p in pods(node) if is_ready(p)}
 
 
-def wait_members(node: RealNode, count: int, timeout: float = 180) -> AssignmentDocument:
-    """The published assignment once its members are exactly the ``count`` Ready consumer pods."""
+def wait_members(node: RealNode, count: int, timeout: float | None = None) -> AssignmentDocument:
+    """The published assignment once its members are exactly the ``count`` Ready consumer pods
+    (by default allowing ``pods_timeout(count)``: 180 s for four)."""
 
     def settled() -> AssignmentDocument | None:
         ready = ready_pod_names(node)
@@ -168,7 +187,8 @@ def wait_members(node: RealNode, count: int, timeout: float = 180) -> Assignment
             return doc
         return None
 
-    return wait_for(f"{count} Ready consumer pods and an assignment with exactly them", settled, timeout, 0.5)
+    allowed = pods_timeout(count) if timeout is None else timeout
+    return wait_for(f"{count} Ready consumer pods and an assignment with exactly them", settled, allowed, 0.5)
 
 
 def sidecar_view(node: RealNode, pod: str, namespace: str = NAMESPACE) -> dict[str, Any]:

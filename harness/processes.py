@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.cluster import LocalCluster, free_port
-from harness.polling import wait_for
+from harness.polling import scaled, wait_for
 from mqbalance.journal import JournalRecord
 from mqbalance.sidecar.client import SidecarClient
 
@@ -27,6 +27,20 @@ class ProcessExited(AssertionError):
 
 def mqbalance_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "mqbalance", *args]
+
+
+MUTANT_ENV = "MQBALANCE_TEST_MUTANT"
+"""Names a deliberately broken operator of ``tests/mutation`` for :class:`OperatorProcess` to run
+instead of the product (docs/reliability.md, "Mutation runs"); unset in every ordinary run."""
+
+
+def operator_argv(*args: str) -> list[str]:
+    """``mqbalance operator ARGS``; with ``$MQBALANCE_TEST_MUTANT`` set, the same operator with that
+    mutant of ``tests/mutation/mutants.py`` applied first."""
+    mutant = os.environ.get(MUTANT_ENV)
+    if mutant:
+        return [sys.executable, "-m", "tests.mutation.operator_mutant", mutant, "--", *args]
+    return mqbalance_argv("operator", *args)
 
 
 def cluster_env(cluster: LocalCluster, **extra: str) -> dict[str, str]:
@@ -94,7 +108,7 @@ class ManagedProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(scaled(timeout))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -166,11 +180,11 @@ class OperatorProcess(ManagedProcess):
 
     def spawn(self) -> None:
         self.port = free_port()
-        argv = ["operator", "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1"]
+        argv = ["--metrics-port", str(self.port), "--metrics-host", "127.0.0.1"]
         argv += ["--journal", str(self.journal), *self.extra]
         for ns in self.namespaces:
             argv += ["--namespace", ns]
-        self.argv = mqbalance_argv(*argv)
+        self.argv = operator_argv(*argv)
         super().spawn()
 
     def start(self, timeout: float = 60) -> None:

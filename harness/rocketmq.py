@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from harness import polling
 from harness.cluster import _Component, _die_with_parent, cache_dir
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.operator.nameserver import NameServerClient, NameServerError, invoke
@@ -342,7 +343,12 @@ class RocketMQ:
             *args[1:],
         ]
         result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=self._env(), check=False
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=polling.scaled(timeout),
+            env=self._env(),
+            check=False,
         )
         if result.returncode != 0:
             raise RocketMQError(
@@ -494,7 +500,8 @@ class RocketMQ:
         self._wait_for(f"brokers {', '.join(self.broker_names)} to register", all_registered)
 
     def _wait_for(self, what: str, probe: Callable[[], T | None], proc: _JavaProcess | None = None) -> T:
-        deadline = time.monotonic() + self.ready_timeout
+        started = time.monotonic()
+        deadline = polling.deadline(self.ready_timeout)
         while time.monotonic() < deadline:
             for p in [self._namesrv, *self._brokers.values(), proc]:
                 if p is not None and not p.running():
@@ -505,7 +512,10 @@ class RocketMQ:
             if result is not None:
                 return result
             time.sleep(0.1)
-        raise RocketMQError(f"timed out after {self.ready_timeout:.0f} s waiting for {what}:\n{self.logs()}")
+        raise RocketMQError(
+            f"timed out after {time.monotonic() - started:.0f} s (allowance {self.ready_timeout:.0f} s,"
+            f" scaled for load and {polling.SCALE_ENV}) waiting for {what}:\n{self.logs()}"
+        )
 
 
 def _cmd_up(args: argparse.Namespace) -> int:

@@ -10,10 +10,14 @@ member may hold.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from mqbalance.contract import AssignmentDocument
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
+
+if TYPE_CHECKING:
+    from harness.e2e import Score
 
 MAY_LEAVE_QUEUES_OUT = ("CONFIG", "MACHINE_ROOM")
 
@@ -49,9 +53,9 @@ def assignment_problems(
     return problems
 
 
-def check_document(
-    doc: AssignmentDocument, readable: Mapping[str, Sequence[MessageQueue]] | None = None
-) -> None:
+def check_document(doc: AssignmentDocument, readable: Mapping[str, Sequence[MessageQueue]]) -> None:
+    """Both halves of the invariant: no queue with two owners or a non-member, and (``readable``:
+    topic -> every readable queue) every readable queue owned while the group has a member."""
     revoked = [mq for r in doc.releasing for mq in r.queues]
     problems = assignment_problems(
         doc.strategy, doc.message_model, doc.members, doc.topics, readable, revoked
@@ -70,3 +74,29 @@ def check_journal(records: Iterable[JournalRecord]) -> int:
         assert not problems, f"{r.namespace}/{r.group} generation {r.generation}: {problems}"
         checked += 1
     return checked
+
+
+def consumer_problems(score: Score) -> list[str]:
+    """What is wrong with who consumed what in an end-to-end run (``harness.e2e``): a queue the
+    producer wrote to that nobody consumed; with mqbalance, a queue consumed by a member no
+    generation named its owner, or not by its owner in the last generation (which held it from
+    then to the end of the run, while messages kept coming)."""
+    problems = []
+    if not score.produced_queues:
+        problems.append(f"{score.variant}: nothing produced")
+    for queue in sorted(score.produced_queues - set(score.consumers)):
+        problems.append(f"{score.variant}: nobody consumed {queue}")
+    if score.owners is None or score.final_owners is None:
+        return problems  # RocketMQ's own rebalance: no published assignment to compare with
+    for queue in sorted(score.produced_queues & set(score.consumers)):
+        consumers = score.consumers[queue]
+        strangers = consumers - score.owners.get(queue, frozenset())
+        if strangers:
+            problems.append(f"{score.variant}: {queue} consumed by {sorted(strangers)}, never its owners")
+        final = score.final_owners.get(queue)
+        if final not in consumers:
+            problems.append(
+                f"{score.variant}: {queue}'s last owner {final} consumed none of it "
+                f"(consumers {sorted(consumers)})"
+            )
+    return problems

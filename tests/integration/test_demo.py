@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.polling import scaled
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -21,7 +23,7 @@ def demo_output() -> str:
         [sys.executable, "-m", "harness.demo", "--mode", "stand-in", "--timeout", "60"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),  # the demo's own waits (--timeout 60 each) scale the same way
         check=False,
         cwd=REPO,
     )

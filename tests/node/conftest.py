@@ -22,6 +22,7 @@ from harness.node_workload import (
     apply_examples,
     consumer_deployment,
     install_chart,
+    rollout_status,
 )
 
 _HERE = Path(__file__).resolve().parent
@@ -64,4 +65,4 @@ def consumers(node: RealNode, images: Images, release: None) -> None:
     """The example Topic, ConsumerGroup (debounce 0) and consumer Deployment (3 pods with the sidecar)."""
     apply_examples(node, debounce=0)
     apply(node, consumer_deployment(images, replicas=3))
-    node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", "--timeout=240s", timeout=260)
+    rollout_status(node, GROUP)

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from harness.node import RealNode
-from harness.node_workload import assignment, sidecar_view
+from harness.node_workload import EXAMPLES, assignment, sidecar_view
 from harness.polling import wait_for
-from mqbalance.contract import AssignmentDocument
+from mqbalance.contract import AssignmentDocument, read_topic
+from mqbalance.model import MessageQueue
+
+
+def example_readable() -> dict[str, list[MessageQueue]]:
+    """The readable queues of examples/topic.yaml, the Topic the node tests' group subscribes."""
+    topic = yaml.safe_load((EXAMPLES / "topic.yaml").read_text())
+    name = topic["spec"].get("topicName") or topic["metadata"]["name"]
+    return {name: read_topic(name, topic["spec"]).readable_queues()}
 
 
 def queues_of_view(view: dict[str, Any]) -> dict[str, set[tuple[str, int]]]:

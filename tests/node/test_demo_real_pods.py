@@ -15,6 +15,7 @@ import pytest
 
 from harness import node_host
 from harness.node import NODE_IP, Images
+from harness.polling import scaled
 from tests.integration.test_demo import section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def demo_output(images: Images) -> str:
         [sys.executable, "-m", "harness.demo", "--mode", "real", "--timeout", "60"],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=scaled(900),  # the demo's own waits (--timeout 60 each) scale the same way
         check=False,
         cwd=REPO,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from harness import node_host
 from harness.cluster import cache_dir
 from harness.node import NODE_IP, Images, bin_dir_for, default_version
-from harness.polling import wait_for
+from harness.polling import scaled, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
         )
         subprocess.run([*kubectl, "apply", "-f", "-"], input=pod, text=True, check=True, capture_output=True)
         subprocess.run(
-            [*kubectl, "wait", "--for=condition=Ready", "pod/left", "--timeout=120s"],
+            [*kubectl, "wait", "--for=condition=Ready", "pod/left", f"--timeout={scaled(120):.0f}s"],
             check=True,
             capture_output=True,
         )
@@ -61,7 +61,11 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
     assert any("mounts" in f for f in found), found
     assert any("iptables" in f for f in found), found
     down = subprocess.run(
-        [sys.executable, "-m", "harness.node", "down"], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "harness.node", "down"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
     )
     assert down.returncode == 0, down.stderr
     assert "killed" in down.stdout

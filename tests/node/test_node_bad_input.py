@@ -26,21 +26,19 @@ from harness.node_workload import (
     kubectl_json,
     pods,
     ready_pod_names,
+    rollout_status,
     wait_members,
 )
 from harness.polling import wait_for
 from tests.integration.invariants import check_document, check_journal
-
-
-def rollout_status(node: RealNode) -> None:
-    node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", "--timeout=240s", timeout=260)
+from tests.node.node_support import example_readable
 
 
 @pytest.fixture
 def four_members(node: RealNode, consumers: None) -> Iterator[set[str]]:
     """Four healthy consumers before the test; afterwards every published generation is checked."""
     node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", "--replicas=4")
-    rollout_status(node)
+    rollout_status(node, GROUP)
     wait_for("no consumer pod but the four", lambda: len(pods(node)) == 4 or None, 60, 0.5)
     seen = len(journal(node))
     yield set(wait_members(node, 4).members)
@@ -62,7 +60,7 @@ def wait_reason(node: RealNode, reason: str, timeout: float = 120) -> dict[str, 
 def check_members_are_ready_pods(node: RealNode) -> None:
     doc = assignment(node)
     assert doc is not None
-    check_document(doc)
+    check_document(doc, example_readable())
     assert set(doc.members) <= ready_pod_names(node) | set(), (
         sorted(doc.members),
         sorted(ready_pod_names(node)),
@@ -89,7 +87,7 @@ def test_a_missing_image_stalls_the_rollout_and_the_status_says_why(
         check_members_are_ready_pods(node)
     finally:
         node.kubectl("rollout", "undo", "-n", NAMESPACE, f"deploy/{GROUP}")
-    rollout_status(node)
+    rollout_status(node, GROUP)
     wait_members(node, 4)
     wait_for("notServing back to 0", lambda: group_status(node)["notServing"] == 0 or None, 60, 0.5)
 
@@ -162,7 +160,7 @@ def test_a_crash_looping_sidecar_stays_out_and_the_status_says_why(
         check_members_are_ready_pods(node)
     finally:
         node.kubectl("rollout", "undo", "-n", NAMESPACE, f"deploy/{GROUP}")
-    rollout_status(node)
+    rollout_status(node, GROUP)
     wait_members(node, 4)
 
 
@@ -191,7 +189,7 @@ def test_a_node_that_goes_not_ready_takes_its_members_out(node: RealNode, four_m
         doc = assignment(node)
         assert doc is not None
         assert doc.members == {}
-        check_document(doc)
+        check_document(doc, example_readable())
     finally:
         node.start_kubelet()
     doc = wait_members(node, 4)

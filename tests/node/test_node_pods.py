@@ -21,11 +21,12 @@ from harness.node_workload import (
     operator_pod,
     pods,
     ready_pod_names,
+    rollout_status,
     wait_members,
 )
 from harness.polling import wait_for
 from tests.integration.invariants import check_document, check_journal
-from tests.node.node_support import check_each_sidecar
+from tests.node.node_support import check_each_sidecar, example_readable
 
 # Reads the pod's service-account token and CA and asks the API server for its version
 # through the `kubernetes` Service, as the in-cluster Kubernetes client does.
@@ -43,13 +44,11 @@ print(json.dumps({"host": host, "version": json.load(urllib.request.urlopen(req,
 
 def scale(node: RealNode, replicas: int) -> None:
     node.kubectl("scale", "-n", NAMESPACE, f"deploy/{GROUP}", f"--replicas={replicas}")
-    node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", "--timeout=240s", timeout=260)
+    rollout_status(node, GROUP, timeout=240)
 
 
 def test_operator_deployment_is_ready_and_holds_the_lease(node: RealNode, release: None) -> None:
-    node.kubectl(
-        "rollout", "status", "-n", RELEASE_NAMESPACE, f"deploy/{OPERATOR}", "--timeout=120s", timeout=140
-    )
+    rollout_status(node, OPERATOR, RELEASE_NAMESPACE, timeout=120)
     deployment = kubectl_json(node, "get", "deploy", "-n", RELEASE_NAMESPACE, OPERATOR)
     assert deployment["status"].get("readyReplicas") == 1
     pod = operator_pod(node)
@@ -91,7 +90,7 @@ def test_consumers_scale_3_5_4_and_each_sidecar_serves_its_own_pod(node: RealNod
     for replicas in (3, 5, 4):
         scale(node, replicas)
         doc = wait_members(node, replicas)
-        check_document(doc)
+        check_document(doc, example_readable())
         check_each_sidecar(node, doc)
 
     # The scaled-down pod leaves at once; it shows as Terminating until the kubelet is done with it.
@@ -147,7 +146,7 @@ def test_rollout_restart_rebalances_once_per_debounce_window(node: RealNode, con
         seen = len(journal(node))
         started = time.time()
         node.kubectl("rollout", "restart", "-n", NAMESPACE, f"deploy/{GROUP}")
-        node.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{GROUP}", "--timeout=300s", timeout=320)
+        rollout_status(node, GROUP, timeout=300)
         after = wait_members(node, 4)
         took = time.time() - started
     finally:

@@ -11,6 +11,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.polling import scaled
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "hack" / "build-java-oracle.sh"
 VERSIONS_FILE = Path(__file__).resolve().parent / "versions.txt"
@@ -29,7 +31,7 @@ class OracleError(RuntimeError):
 def build(wanted: Sequence[str]) -> tuple[Path, dict[str, str]]:
     """The driver's class directory and each version's classpath."""
     done = subprocess.run(
-        ["bash", str(BUILD), *wanted], capture_output=True, text=True, check=False, timeout=1800
+        ["bash", str(BUILD), *wanted], capture_output=True, text=True, check=False, timeout=scaled(1800)
     )
     if done.returncode != 0:
         raise OracleError(f"{BUILD.name} failed ({done.returncode}):\n{done.stderr[-6000:]}")
@@ -70,7 +72,7 @@ class JavaOracle:
         """Every script's output lines (its ``END`` left off), from one JVM."""
         text = "".join(line + "\n" for script in scripts for line in script)
         done = subprocess.run(
-            self._command, input=text, capture_output=True, text=True, timeout=600, check=False
+            self._command, input=text, capture_output=True, text=True, timeout=scaled(600), check=False
         )
         if done.returncode != 0:
             raise OracleError(

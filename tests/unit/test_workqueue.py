@@ -62,10 +62,23 @@ async def test_a_waiting_worker_is_handed_the_key_and_a_cancelled_one_gives_it_b
     queue.add("x")
     assert await waiting == "x"
     queue.done("x")
+    # Handed "y" and cancelled before it ran again: the cancellation always wins (the task is
+    # resumed with CancelledError, not with the key), and the key goes back to the queue.
     cancelled = asyncio.ensure_future(queue.get())
-    await asyncio.sleep(0)
-    queue.add("y")
-    cancelled.cancel()
+    await asyncio.sleep(0)  # it waits
+    queue.add("y")  # its future now holds "y"
+    assert cancelled.cancel()
     await asyncio.gather(cancelled, return_exceptions=True)
-    if cancelled.cancelled():
-        assert await queue.get() == "y"  # given back, not lost
+    assert cancelled.cancelled()
+    assert len(queue) == 1
+    assert await queue.get() == "y"  # given back, not lost
+    queue.done("y")
+    # Cancelled while still waiting: it takes nothing, and the next key waits in the queue.
+    idle = asyncio.ensure_future(queue.get())
+    await asyncio.sleep(0)
+    assert idle.cancel()
+    await asyncio.gather(idle, return_exceptions=True)
+    assert idle.cancelled()
+    queue.add("z")
+    assert len(queue) == 1
+    assert await queue.get() == "z"

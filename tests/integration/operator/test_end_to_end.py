@@ -21,9 +21,9 @@ from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
-from harness.polling import wait_for
+from harness.polling import scaled, wait_for
 from harness.processes import OperatorProcess, SidecarProcess
-from mqbalance.contract import AssignmentDocument
+from mqbalance.contract import AssignmentDocument, read_topic
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator_support import (
     REPO,
@@ -100,24 +100,38 @@ def test_operator_sidecar_and_replay_agree(
         assert served["generation"] == doc.generation
         assert served["queues"] == sidecar_view(doc, pod)
 
+        # (what, the change, members after it, read queues per broker after it)
         changes = [
-            ("scale up", lambda: kubelet.start_pods(api, ns, "e2e-more", 2, LABELS, zoned), 5),
-            ("node changes zone", lambda: kubelet.set_node_zone(api, zoned[0], "zone-c"), 5),
-            ("topic gains queues", lambda: apply_topic(api, ns, "orders", brokers(6)), 5),
-            ("pod deleted", lambda: kubelet.delete_pod(api, ns, "e2e-1"), 4),
-            ("pod unready", lambda: kubelet.set_pod_ready(api, ns, "e2e-2", ready=False), 3),
+            ("scale up", lambda: kubelet.start_pods(api, ns, "e2e-more", 2, LABELS, zoned), 5, 4),
+            ("node changes zone", lambda: kubelet.set_node_zone(api, zoned[0], "zone-c"), 5, 4),
+            ("topic gains queues", lambda: apply_topic(api, ns, "orders", brokers(6)), 5, 6),
+            ("pod deleted", lambda: kubelet.delete_pod(api, ns, "e2e-1"), 4, 6),
+            ("pod unready", lambda: kubelet.set_pod_ready(api, ns, "e2e-2", ready=False), 3, 6),
         ]
-        for what, change, members in changes:
+        for what, change, members, per_broker in changes:
             before = doc.generation
             change()
             doc = published(members, after=before)
-            check_document(doc)
+            readable = {"orders": read_topic("orders", {"brokers": brokers(per_broker)}).readable_queues()}
+            check_document(doc, readable)
             # The sidecar's long-poll wakes for the new generation (possibly a later one, if any follow).
-            served = wait_for(f"the sidecar to serve the generation after {what}", newer_than(before))
-            current = read_document(api, ns, GROUP)
-            assert current is not None
-            if served["generation"] == current.generation:
-                assert served["queues"] == sidecar_view(current, pod), what
+            wait_for(f"the sidecar to serve the generation after {what}", newer_than(before))
+
+            def lined_up() -> tuple[dict[str, Any], AssignmentDocument] | None:
+                current = read_document(api, ns, GROUP)
+                view = sidecar.client.queues()
+                return (
+                    (view, current)
+                    if current is not None and view["generation"] == current.generation
+                    else None
+                )
+
+            # Once the sidecar serves the generation in force, it serves exactly this pod's share of it.
+            served, current = wait_for(
+                f"the sidecar and the ConfigMap on one generation after {what}", lined_up
+            )
+            check_document(current, readable)
+            assert served["queues"] == sidecar_view(current, pod), what
         assert sidecar.returncode is None, sidecar.tail()
     finally:
         sidecar.stop()
@@ -141,7 +155,7 @@ def test_operator_sidecar_and_replay_agree(
             str(single_out),
         ],
     ):
-        result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=scaled(600))
         assert result.returncode == 0, result.stderr[-3000:]
 
     def figures(out: Path) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from harness import kubelet
-from harness.polling import wait_for
+from harness.polling import wait_for, work_timeout
 from harness.processes import OperatorProcess
 from mqbalance.contract import read_topic
 from tests.integration.invariants import check_document, check_journal
@@ -312,6 +312,7 @@ def test_restart_changes_nothing_and_deletion_collects_the_configmap(
     wait_for(
         "every group reconciled after the restart",
         lambda: operator_process.metric("mqbalance_reconciles_total") >= len(groups),
+        work_timeout(60, 0.5, len(groups)),
     )
     after = {name: read_document(api, ns, name) for name in before}
     assert after == before

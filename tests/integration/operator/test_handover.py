@@ -14,11 +14,20 @@ from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
-from harness.polling import wait_for
+from harness.polling import scaled, wait_for
 from harness.processes import OperatorProcess, SidecarProcess
-from mqbalance.contract import AssignmentDocument
+from mqbalance.contract import AssignmentDocument, read_topic
+from mqbalance.model import MessageQueue
+from mqbalance.sidecar.config import DEFAULT_MAX_WAIT
 from tests.integration.invariants import check_document
-from tests.integration.operator_support import apply_group, apply_topic, events_of, read_document, status_for
+from tests.integration.operator_support import (
+    apply_group,
+    apply_topic,
+    events_of,
+    read_document,
+    status_for,
+    status_of,
+)
 
 LABELS = {"app": "handover"}
 BROKERS = [{"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8}]
@@ -46,11 +55,16 @@ def sidecars(
         proc.stop()
 
 
+def readable(group: str) -> dict[str, list[MessageQueue]]:
+    """The readable queues of the group's Topic ``t-<group>`` (:func:`two_pods_with_release`)."""
+    return {f"t-{group}": read_topic(f"t-{group}", {"brokers": BROKERS}).readable_queues()}
+
+
 def published(api: client.ApiClient, ns: str, group: str, test: Any, what: str) -> AssignmentDocument:
     def probe() -> AssignmentDocument | None:
         doc = read_document(api, ns, group)
         if doc is not None:
-            check_document(doc)
+            check_document(doc, readable(group))
         return doc if doc is not None and test(doc) else None
 
     return wait_for(what, probe, timeout=60)
@@ -103,21 +117,41 @@ def test_queues_move_only_after_their_owner_released_them(
     moving = {mq for r in revoked.releasing for mq in r.queues}
     assert len(moving) == 2  # 8 queues: 3, 3, 2
     owners = {r.owner for r in revoked.releasing}
-    view = apps[sorted(owners)[0]].client.queues()
+    assert owners == set(apps), f"4 + 4 become 3 + 3 + 2: one queue revoked from each owner, not {owners}"
+    owner = apps[sorted(owners)[0]].client
+    # The sidecar follows the ConfigMap through its own watch: wait until it serves the revocation.
+    view = wait_for(
+        f"{sorted(owners)[0]}'s sidecar to serve generation {revoked.generation}",
+        lambda: (v := owner.queues())["generation"] >= revoked.generation and v,
+    )
     assert view["handover"] == "Release"
     assert view["releasing"], "the sidecar tells the old owner what to release"
     status = status_for(api, ns, group, revoked.generation)["handover"]
     assert status["releasingQueues"] == 2
     assert sorted(status["waitingFor"]) == sorted(owners)
 
-    # Nothing moves while one owner has not released yet.
-    pending = sorted(owners)
-    apps[pending[0]].client.release(revoked.generation)
-    if len(pending) > 1:
-        current = read_document(api, ns, group)
-        assert current is not None
-        assert current.releasing, "assigned before every owner released"
-        apps[pending[1]].client.release(revoked.generation)
+    # Nothing moves while its owner has not released it. Checked once the operator has demonstrably
+    # acted on the first owner's release: the status of the generation in force waits for the
+    # second owner only. From then until the second owner releases, the second owner's revoked
+    # queue must still be releasing and held by nobody.
+    first_owner, second_owner = sorted(owners)
+    kept = {mq for r in revoked.releasing if r.owner == second_owner for mq in r.queues}
+    apps[first_owner].client.release(revoked.generation)
+
+    def acted() -> AssignmentDocument | None:
+        doc = read_document(api, ns, group)
+        status = status_of(api, ns, group)
+        waiting = (status.get("handover") or {}).get("waitingFor")
+        current = doc is not None and status.get("assignmentGeneration") == doc.generation
+        return doc if current and waiting == [second_owner] else None
+
+    current = wait_for(f"the operator to act on {first_owner}'s release", acted)
+    check_document(current, readable(group))
+    still = {mq for r in current.releasing if r.owner == second_owner for mq in r.queues}
+    assert still == kept, f"{second_owner}'s revoked queue moved before it released: {current.releasing}"
+    held = {mq for member in current.members for qs in current.queues_of(member).values() for mq in qs}
+    assert not held & kept, "assigned before its owner released"
+    apps[second_owner].client.release(revoked.generation)
     assigned = published(
         api, ns, group, lambda d: not d.releasing and d.generation > revoked.generation, "the assignment"
     )
@@ -164,5 +198,5 @@ def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
     apps[leaving].client.release(done.generation, all=True)
     after = published(api, ns, group, lambda d: leaving not in d.members and not d.releasing, "the hand-over")
     assert not any(after.queues_of(leaving).values())
-    assert apps[leaving].client.drain(timeout=20)["drained"] is True
+    assert apps[leaving].client.drain(timeout=scaled(20, at_most=DEFAULT_MAX_WAIT))["drained"] is True
     kubelet.delete_pod(api, ns, leaving)

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import threading
-import time
+import traceback
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from harness import kubelet
+from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError
+from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, Release
+from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
 from tests.integration.invariants import assignment_problems
 from tests.integration.operator_support import condition, read_document, status_of
@@ -27,39 +32,87 @@ PUBLISHED_BY = "mqbalance.io/published-by"
 # -- watching every published generation -----------------------------------------------------------
 
 
-@dataclass
-class Seen:
+@dataclass(frozen=True)
+class Published:
+    """One generation of a group: as the watch saw it, or (a generation published while the watch
+    was away) as the operator's journal recorded it."""
+
     group: str
     generation: int
-    resource_version: str
-    published_by: str | None
+    topics: Mapping[str, Mapping[str, Sequence[MessageQueue]]]
+    """Topic -> member -> queues."""
     members: tuple[str, ...]
+    releasing: tuple[Release, ...]
+    source: str
+    """``watch`` or ``journal``."""
+    resource_version: str = ""
+    published_by: str | None = None
+
+
+@dataclass(frozen=True)
+class WatchFigures:
+    """How much a :class:`GenerationWatcher` checked, and how its watch fared."""
+
+    documents_read: int
+    """Distinct ConfigMap versions decoded and checked (foreign rewrites of a generation included)."""
+    generations_seen: int
+    """Generations the watch delivered."""
+    generations_from_journal: int
+    """Generations published while the watch was away, read and checked from the journal."""
+    pairs_compared: int
+    """Consecutive generations of a group compared (order, and no generation missing between them)."""
+    outages: int
+    """Times the watch broke (connection refused or reset, an API error) and later worked again."""
+    failed_requests: int
+    relists: int
+    """Lists after the first (a 410 Gone): what was published since the watch broke may be missing."""
+    gaps: int
+    """Generations missing at a relist: published while the watch was away."""
+
+    @property
+    def generations_checked(self) -> int:
+        return self.generations_seen + self.generations_from_journal
+
+    def line(self) -> str:
+        names = (f.name for f in fields(self))
+        return " ".join(f"{name}={getattr(self, name)}" for name in names)
 
 
 @dataclass
 class GenerationWatcher:
     """Records every ConfigMap generation published in a namespace and checks each one.
 
-    A background thread lists and then watches the namespace's assignment ConfigMaps,
-    reconnecting after any error (the API server may be restarted under it) and listing
-    again after 410 Gone. For every new resourceVersion it decodes the document, checks
-    the clustering invariants against the readable queues the test declared, and
-    remembers the generation, so a test can assert that generations only ever increase.
+    A background thread lists and then watches the namespace's assignment ConfigMaps, resuming
+    the watch from the last resourceVersion after a network or API error (the API server may be
+    restarted under it) and listing again after 410 Gone. Every new resourceVersion is decoded
+    and checked against the clustering invariants with the readable queues the test declared.
+    Per group the generations must only increase, one at a time: a generation missing in an
+    unbroken watch is a problem; one missing at a relist (published while the watch was away) is
+    a gap, closed by :meth:`assert_clean` from the operator's journal (checked the same way) or
+    reported. Anything else the thread meets is a problem too.
     """
 
-    api: client.ApiClient
+    api: client.ApiClient | None
     namespace: str
     readable: Mapping[str, Sequence[MessageQueue]] = field(default_factory=dict)
     """Topic name (RocketMQ) -> readable queues; documents are checked against these."""
-    seen: dict[str, list[Seen]] = field(default_factory=dict)
-    documents: dict[str, list[AssignmentDocument]] = field(default_factory=dict)
-    """Group -> every distinct document seen, in order (for checks across generations)."""
     problems: list[str] = field(default_factory=list)
-    reconnects: int = 0
+    documents_read: int = 0
+    outages: int = 0
+    failed_requests: int = 0
+    relists: int = 0
+    _history: dict[str, list[Published]] = field(default_factory=dict)
+    """Group -> every distinct generation the watch delivered, in the order it came."""
+    _gaps: list[tuple[str, int, int]] = field(default_factory=list)
+    """(group, first, last) generations published while the watch was away."""
+    _initial: set[str] = field(default_factory=set)
+    """Groups already published when the watcher first listed: their history before is not ours."""
+    _lists: int = 0
+    _down: bool = False
     _versions: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def start(self) -> GenerationWatcher:
         self._thread = threading.Thread(target=self._run, name="generation-watcher", daemon=True)
@@ -73,42 +126,218 @@ class GenerationWatcher:
 
     def generations(self, group: str) -> list[int]:
         with self._lock:
-            return [s.generation for s in self.seen.get(group, [])]
+            return [p.generation for p in self._history.get(group, [])]
 
     def total(self) -> int:
         with self._lock:
-            return sum(len(v) for v in self.seen.values())
+            return sum(len(v) for v in self._history.values())
 
-    def docs(self, group: str) -> list[AssignmentDocument]:
+    def history(self, group: str) -> list[Published]:
+        """The group's generations the watch delivered, in order (with :meth:`assert_clean`'s
+        journal, the gaps closed too, in generation order)."""
         with self._lock:
-            return list(self.documents.get(group, []))
+            return list(self._history.get(group, []))
 
-    def latest(self, group: str) -> Seen | None:
+    def latest(self, group: str) -> Published | None:
         with self._lock:
-            items = self.seen.get(group)
+            items = self._history.get(group)
             return items[-1] if items else None
 
-    def assert_clean(self) -> None:
-        """No invariant broken, and per group every generation seen is greater than the one before."""
+    def wait_seen(self, group: str, generation: int, timeout: float = 30.0) -> None:
+        """Until the watch has delivered ``generation`` of ``group`` (or a later one)."""
+
+        def seen() -> bool:
+            latest = self.latest(group)
+            return latest is not None and latest.generation >= generation
+
+        wait_for(f"the watcher to see generation {generation} of {group}", seen, timeout)
+
+    def figures(self) -> WatchFigures:
         with self._lock:
+            watched = [p for items in self._history.values() for p in items if p.source == "watch"]
+            return WatchFigures(
+                documents_read=self.documents_read,
+                generations_seen=len(watched),
+                generations_from_journal=self.total() - len(watched),
+                pairs_compared=sum(max(len(items) - 1, 0) for items in self._history.values()),
+                outages=self.outages,
+                failed_requests=self.failed_requests,
+                relists=max(self._lists - 1, 0),
+                gaps=sum(last - first + 1 for _, first, last in self._gaps),
+            )
+
+    def assert_clean(
+        self,
+        *,
+        min_generations: int,
+        max_outages: int = 0,
+        journal: Iterable[JournalRecord] | None = None,
+    ) -> WatchFigures:
+        """No invariant broken; per group every generation one more than the one before (the
+        gaps of the watch closed from ``journal``, the operator's journal); at least
+        ``min_generations`` checked; at most ``max_outages`` breaks of the watch (what the test
+        injected). Returns what was checked."""
+        with self._lock:
+            self._close_gaps(list(journal) if journal is not None else None)
             problems = list(self.problems)
-            for group, items in self.seen.items():
-                gens = [s.generation for s in items]
-                for before, after in itertools.pairwise(gens):
-                    if after <= before:
-                        problems.append(f"{group}: generation {after} published after {before}: {gens}")
-                        break
+            for group, items in self._history.items():
+                gens = [p.generation for p in items if p.source == "watch"]
+                if any(after <= before for before, after in itertools.pairwise(gens)):
+                    problems.append(f"{group}: a generation went back or repeated: {gens}")
+                    continue
+                items.sort(key=lambda p: p.generation)  # the gaps closed from the journal in their places
+                merged = [p.generation for p in items]
+                holes = [(a, b) for a, b in itertools.pairwise(merged) if b != a + 1]
+                if holes:
+                    problems.append(f"{group}: generations missing between {holes}: checked {merged}")
+            figures = self.figures()
         assert not problems, "\n".join(problems)
+        assert figures.generations_checked >= min_generations, (
+            f"the watcher checked {figures.generations_checked} generations, fewer than the "
+            f"{min_generations} the test caused: {figures.line()}"
+        )
+        assert figures.outages <= max_outages, (
+            f"the watch broke {figures.outages} times, more than the {max_outages} the test's faults "
+            f"explain: {figures.line()}"
+        )
+        return figures
+
+    # -- what the watch delivers -----------------------------------------------------------
+
+    def listed(self, items: Iterable[tuple[str, str, str | None, Mapping[str, str] | None]]) -> None:
+        """A complete listing: (name, resourceVersion, document text, annotations) of each ConfigMap."""
+        with self._lock:
+            first = self._lists == 0
+            self._lists += 1
+            for name, version, text, annotations in items:
+                if first and name.endswith("-assignment"):
+                    self._initial.add(name.removesuffix("-assignment"))
+                self.record(name, version, text, annotations, relisted=not first)
+
+    def record(
+        self,
+        name: str,
+        version: str,
+        text: str | None,
+        annotations: Mapping[str, str] | None = None,
+        *,
+        relisted: bool = False,
+    ) -> None:
+        """One version of a ConfigMap; ``relisted``: from a listing after the watch broke."""
+        if not name.endswith("-assignment") or version in self._versions or text is None:
+            return
+        group = name.removesuffix("-assignment")
+        with self._lock:
+            self._versions.add(version)
+            self.documents_read += 1
+            try:
+                doc = AssignmentDocument.decode(text)
+            except DocumentError as e:
+                self.problems.append(f"{name}@{version}: undecodable: {e}")
+                return
+            self._check(doc.group, doc.generation, doc.strategy, doc.message_model, doc.members,
+                        doc.topics, doc.releasing)  # fmt: skip
+            items = self._history.setdefault(group, [])
+            last = items[-1] if items else None
+            if (
+                last is not None
+                and last.generation == doc.generation
+                and last.topics == doc.topics
+                and last.releasing == doc.releasing
+            ):
+                return  # the same document rewritten only for foreign metadata (a test's own writes)
+            expected = last.generation + 1 if last is not None else None if group in self._initial else 1
+            if expected is not None and doc.generation > expected:
+                if relisted:
+                    self._gaps.append((group, expected, doc.generation - 1))
+                else:
+                    self.problems.append(
+                        f"{group}: generation {doc.generation} came after {expected - 1} in an unbroken "
+                        "watch: the generations between were never published, or published twice"
+                    )
+            items.append(
+                Published(
+                    group,
+                    doc.generation,
+                    doc.topics,
+                    tuple(sorted(doc.members)),
+                    doc.releasing,
+                    "watch",
+                    version,
+                    (annotations or {}).get(PUBLISHED_BY),
+                )
+            )
+
+    def failed(self, error: BaseException) -> None:
+        """A list or watch request failed (the API server away or failing)."""
+        with self._lock:
+            self.failed_requests += 1
+            if not self._down:
+                self.outages += 1
+                self._down = True
+
+    def worked(self) -> None:
+        """A list or watch request worked: an outage, if any, is over."""
+        with self._lock:
+            self._down = False
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check(
+        self,
+        group: str,
+        generation: int,
+        strategy: str,
+        message_model: str,
+        members: Mapping[str, str],
+        topics: Mapping[str, Mapping[str, Sequence[MessageQueue]]],
+        releasing: Sequence[Release],
+    ) -> None:
+        readable = {t: list(self.readable.get(t, ())) for t in topics}
+        revoked = [mq for r in releasing for mq in r.queues]
+        for problem in assignment_problems(strategy, message_model, members, topics, readable, revoked):
+            self.problems.append(f"{group} generation {generation}: {problem}")
+
+    def _close_gaps(self, journal: list[JournalRecord] | None) -> None:
+        """Fill the watch's gaps from the journal, checking each generation read there."""
+        for group, first, last in self._gaps:
+            items = self._history.setdefault(group, [])
+            have = {p.generation for p in items}
+            for generation in range(first, last + 1):
+                if generation in have:
+                    continue
+                found = [
+                    r
+                    for r in journal or ()
+                    if r.namespace == self.namespace and r.group == group and r.generation == generation
+                ]
+                if not found:
+                    where = "no journal was given" if journal is None else "it is not in the journal"
+                    self.problems.append(
+                        f"{group}: generation {generation} was published while the watch was away and "
+                        f"never checked: {where}"
+                    )
+                    continue
+                for r in found:
+                    self._check(group, generation, r.strategy.name.value, r.message_model, r.members,
+                                r.assignment, r.releasing)  # fmt: skip
+                r = found[-1]
+                items.append(
+                    Published(
+                        group, generation, r.assignment, tuple(sorted(r.members)), r.releasing, "journal"
+                    )
+                )
 
     def _run(self) -> None:
+        assert self.api is not None
         core = client.CoreV1Api(self.api)
         version: str | None = None
         while not self._stop.is_set():
             try:
                 if version is None:
                     listed = core.list_namespaced_config_map(self.namespace, _request_timeout=10)
-                    for cm in listed.items:
-                        self._record(cm.metadata, cm.data)
+                    self.worked()
+                    self.listed(_entry(cm.metadata, cm.data) for cm in listed.items)
                     assert listed.metadata is not None
                     version = listed.metadata.resource_version
                 w = watch.Watch()
@@ -116,61 +345,117 @@ class GenerationWatcher:
                     core.list_namespaced_config_map,
                     self.namespace,
                     resource_version=version,
+                    allow_watch_bookmarks=True,
                     timeout_seconds=5,
                     _request_timeout=15,
                 ):
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        version = None  # 410 Gone: list again
-                        break
-                    version = obj.metadata.resource_version
+                    self.worked()
+                    if event["type"] == "BOOKMARK":
+                        version = event["raw_object"]["metadata"]["resourceVersion"]
+                        continue
+                    version = event["object"].metadata.resource_version
                     if event["type"] != "DELETED":
-                        self._record(obj.metadata, obj.data)
+                        self.record(*_entry(event["object"].metadata, event["object"].data))
                     if self._stop.is_set():
                         break
+                else:
+                    self.worked()  # the server ended the watch at its timeout
             except ApiException as e:
                 if e.status == 410:
-                    version = None
-                self.reconnects += 1
-                time.sleep(0.2)
-            except Exception:  # connection refused or reset while the API server restarts
-                self.reconnects += 1
-                time.sleep(0.2)
+                    version = None  # too old: list again
+                else:
+                    self.failed(e)
+                self._stop.wait(0.2)
+            except (urllib3.exceptions.HTTPError, OSError) as e:  # refused or reset: the server restarts
+                self.failed(e)
+                self._stop.wait(0.2)
+            except Exception:  # anything else is the watcher's own bug, or the API's: a problem
+                with self._lock:
+                    self.problems.append(f"the watch failed:\n{traceback.format_exc()}")
+                self._stop.wait(0.2)
 
-    def _record(self, meta: Any, data: Mapping[str, str] | None) -> None:
-        if not meta.name.endswith("-assignment") or meta.resource_version in self._versions:
-            return
-        text = (data or {}).get(CONFIGMAP_KEY)
-        if text is None:
-            return
-        with self._lock:
-            self._versions.add(meta.resource_version)
-            try:
-                doc = AssignmentDocument.decode(text)
-            except DocumentError as e:
-                self.problems.append(f"{meta.name}@{meta.resource_version}: undecodable: {e}")
-                return
-            readable = {t: list(self.readable.get(t, ())) for t in doc.topics}
-            revoked = [mq for r in doc.releasing for mq in r.queues]
-            for problem in assignment_problems(
-                doc.strategy, doc.message_model, doc.members, doc.topics, readable, revoked
-            ):
-                self.problems.append(f"{doc.group} generation {doc.generation}: {problem}")
-            items = self.seen.setdefault(meta.name.removesuffix("-assignment"), [])
-            if items and items[-1].generation == doc.generation and items[-1].members == tuple(doc.members):
-                # The same document rewritten only for foreign metadata (a test's own writes).
-                return
-            annotations = meta.annotations or {}
-            self.documents.setdefault(meta.name.removesuffix("-assignment"), []).append(doc)
-            items.append(
-                Seen(
-                    meta.name.removesuffix("-assignment"),
-                    doc.generation,
-                    meta.resource_version,
-                    annotations.get(PUBLISHED_BY),
-                    tuple(sorted(doc.members)),
+
+def _entry(
+    meta: Any, data: Mapping[str, str] | None
+) -> tuple[str, str, str | None, Mapping[str, str] | None]:
+    """(name, resourceVersion, document text, annotations) of a ConfigMap."""
+    return meta.name, meta.resource_version, (data or {}).get(CONFIGMAP_KEY), meta.annotations
+
+
+# -- checks across generations, and of logs ---------------------------------------------------------
+
+
+def handover_problems(history: Sequence[Published], departed: set[str]) -> tuple[list[str], int]:
+    """Queues that went straight from one member to another across consecutive generations while
+    the old owner was still running and had not let go of everything; and how many pairs of
+    consecutive generations were compared. Two generations with one missing between them cannot
+    be compared: that is a problem too (the watcher closes its gaps from the journal first)."""
+    problems = []
+    pairs = 0
+    for before, after in itertools.pairwise(history):
+        if after.generation != before.generation + 1:
+            problems.append(f"generations {before.generation} and {after.generation} are not consecutive")
+            continue
+        pairs += 1
+        held = {mq: m for a in before.topics.values() for m, qs in a.items() for mq in qs}
+        for assignment in after.topics.values():
+            for member, queues in assignment.items():
+                for mq in queues:
+                    old = held.get(mq)
+                    if old is not None and old != member and old not in departed:
+                        problems.append(
+                            f"generation {after.generation}: {mq} went from {old} to {member} in one step"
+                        )
+    return problems, pairs
+
+
+LOG_LINE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (?P<level>[A-Z]+) (?P<logger>\S+): (?P<message>.*)"
+)
+"""A line of the operator's and the sidecar's logs (``%(asctime)s %(levelname)s %(name)s: %(message)s``)."""
+
+
+def unexpected_errors(log: str, expected: Mapping[tuple[str, str], str]) -> list[str]:
+    """ERROR/CRITICAL lines whose message is not one of ``expected`` ((logger, a regular expression
+    the whole message must match) -> why it is expected), and the first line of every traceback
+    that does not belong to an expected ERROR line right above it."""
+    bad = []
+    explained = False  # the last log record was an expected ERROR: its traceback may follow
+    for line in log.splitlines():
+        record = LOG_LINE.fullmatch(line)
+        if record is not None:
+            explained = False
+            if record["level"] in ("ERROR", "CRITICAL"):
+                explained = any(
+                    record["logger"] == logger and re.fullmatch(message, record["message"])
+                    for logger, message in expected
                 )
-            )
+                if not explained:
+                    bad.append(line)
+        elif line.startswith("Traceback (most recent call last)") and not explained:
+            bad.append(line)
+        elif re.search(r"\b(ERROR|CRITICAL)\b", line) and not explained:
+            bad.append(line)  # an error in another format (another logger's, or a bare print)
+    return bad
+
+
+# -- faults, counted where they land ----------------------------------------------------------------
+
+
+def process_start(pid: int) -> int:
+    """When process ``pid`` started (clock ticks since boot: field 22 of /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def restarted(cluster: LocalCluster, component: str, disrupt: Callable[[], None]) -> bool:
+    """Run ``disrupt`` and tell whether ``component`` (``kube-apiserver``, ``etcd``) is now another
+    process than before (another pid, or the same pid started later) and running."""
+    pid = cluster.pids[component]
+    before = (pid, process_start(pid))
+    disrupt()
+    pid = cluster.pids[component]
+    return cluster.running and (pid, process_start(pid)) != before
 
 
 # -- a namespace's consumer pods, churned ------------------------------------------------------------
@@ -242,14 +527,51 @@ def converged(
 
 
 def wait_converged(
-    api: client.ApiClient, namespace: str, group: str, members: Iterable[str], timeout: float = 60.0
+    api: client.ApiClient,
+    namespace: str,
+    group: str,
+    members: Iterable[str],
+    timeout: float = 60.0,
+    caused: Caused | None = None,
 ) -> AssignmentDocument:
     want = set(members)
-    return wait_for(
+    doc = wait_for(
         f"{namespace}/{group} to publish members {sorted(want)}",
         lambda: converged(api, namespace, group, want),
         timeout,
     )
+    if caused is not None:
+        caused.converged(doc)
+    return doc
+
+
+@dataclass
+class Caused:
+    """A lower bound of the generations a test caused, from what it waited for: a group's first
+    document is one generation, and each later convergence on other members at least one more."""
+
+    generations: int = 0
+    latest: dict[str, int] = field(default_factory=dict)
+    """Group -> the last generation converged on."""
+    _members: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def converged(self, doc: AssignmentDocument) -> None:
+        members = frozenset(doc.members)
+        if self._members.get(doc.group) != members:
+            self.generations += 1
+        self._members[doc.group] = members
+        self.latest[doc.group] = max(doc.generation, self.latest.get(doc.group, 0))
+
+    def check(
+        self, watcher: GenerationWatcher, journal: Iterable[JournalRecord], max_outages: int = 0
+    ) -> WatchFigures:
+        """Once the watcher has seen every generation converged on: it is clean and checked at
+        least the generations caused."""
+        for group, generation in self.latest.items():
+            watcher.wait_seen(group, generation)
+        return watcher.assert_clean(
+            min_generations=self.generations, max_outages=max_outages, journal=journal
+        )
 
 
 def owner_count(doc: AssignmentDocument) -> dict[MessageQueue, int]:

@@ -7,8 +7,8 @@ These tests restart the session's control plane; every other test sees it back u
 
 from __future__ import annotations
 
+import functools
 import random
-import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +27,8 @@ from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (
     Churn,
     GenerationWatcher,
+    restarted,
+    unexpected_errors,
     wait_converged,
 )
 
@@ -37,18 +39,25 @@ SPEC = {
     "debounceSeconds": 0,
     "selector": {"matchLabels": {"app": GROUP}},
 }
-DISRUPTIONS: dict[str, Callable[[LocalCluster], None]] = {
-    "apiserver-restart": lambda c: c.restart_apiserver(),
-    "apiserver-kill": lambda c: c.restart_apiserver(kill=True),
-    "etcd-restart": lambda c: c.restart_etcd(),
-    "etcd-kill": lambda c: c.restart_etcd(kill=True),
+# Each disruption: the component it restarts, and how.
+DISRUPTIONS: dict[str, tuple[str, Callable[[LocalCluster], None]]] = {
+    "apiserver-restart": ("kube-apiserver", lambda c: c.restart_apiserver()),
+    "apiserver-kill": ("kube-apiserver", lambda c: c.restart_apiserver(kill=True)),
+    "etcd-restart": ("etcd", lambda c: c.restart_etcd()),
+    "etcd-kill": ("etcd", lambda c: c.restart_etcd(kill=True)),
 }
-# Lines a process may log while its API server is away; anything else at ERROR, or a traceback
-# outside these, is a failure.
-EXPECTED_TROUBLE = re.compile(
-    r"connect|Connection|refused|reset|timed? ?out|Timeout|ServerDisconnected|EOF|503|500|504|"
-    r"etcdserver|watch|retry|Retry|re-?list|Request attempt|failed with|Gone|410|aborted|closed",
-)
+EXPECTED_ERRORS: dict[tuple[str, str], str] = {
+    # (logger, the whole message as a regular expression): why the faults this test injects explain it.
+    # Empty: both processes report a failed list or watch at WARNING ("mqbalance.kube: watching
+    # PATH failed (HTTP 503: ... / HTTP 429: storage is (re)initializing / ... Response payload
+    # is not completed ...); listing again in 0.2 s", mqbalance/kube/informer.py) and a failed
+    # write at WARNING ("...; retrying in ...s", mqbalance/operator/controller.py). A run of this
+    # test (four restarts) logged 15 such WARNING lines from the operator, 6 from the sidecar, and
+    # no ERROR line or traceback at all. An entry goes here only with the run that showed it and
+    # the reason the injected fault explains it.
+}
+"""ERROR lines an API server or etcd restart explains; every other ERROR or CRITICAL line, and every
+traceback not printed under one of these, fails the test."""
 
 
 @pytest.fixture
@@ -75,18 +84,6 @@ def sidecar(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[[str, st
         proc.stop()
 
 
-def unexpected_errors(log: str) -> list[str]:
-    """ERROR/CRITICAL lines and traceback heads that an API outage does not explain."""
-    bad = []
-    lines = log.splitlines()
-    for i, line in enumerate(lines):
-        if (" ERROR " in line or " CRITICAL " in line or line.startswith("Traceback")) and not (
-            EXPECTED_TROUBLE.search(line) or any(EXPECTED_TROUBLE.search(x) for x in lines[i + 1 : i + 30])
-        ):
-            bad.append(line)
-    return bad
-
-
 def restart_loop(
     rounds: int,
     cluster: LocalCluster,
@@ -106,9 +103,9 @@ def restart_loop(
     side = sidecar(namespace, mine)
     restarts = changes = 0
     for _ in range(rounds):
-        for name, disrupt in DISRUPTIONS.items():
-            disrupt(cluster)
-            restarts += 1
+        for name, (component, disrupt) in DISRUPTIONS.items():
+            # Counted when the component really is a new process afterwards.
+            restarts += restarted(cluster, component, functools.partial(disrupt, cluster))
             # A change right after the API is back must be published and served.
             others = sorted(set(churn.pods[GROUP]) - {mine})
             if len(others) > 2:
@@ -136,11 +133,25 @@ def restart_loop(
             wait_for(f"the sidecar serving generation {doc.generation} after {name}", served)
             assert op.alive, f"the operator died after {name}:\n{op.tail()}"
             assert side.returncode is None, f"the sidecar died after {name}:\n{side.tail()}"
-    watcher.assert_clean()
-    problems = unexpected_errors(op.log.read_text(errors="replace"))
-    problems += unexpected_errors(side.log.read_text(errors="replace"))
+    # The first assignment and one generation per change, every one checked (a generation the
+    # watch missed while the API server was away is read from the journal). A restart breaks the
+    # watch once (refused until the new server listens), or twice when the stopping server still
+    # answered a new watch request before it went; an etcd restart at most as often.
+    watcher.wait_seen(GROUP, doc.generation)
+    figures = watcher.assert_clean(
+        min_generations=1 + changes, max_outages=2 * restarts, journal=op.journal_records()
+    )
+    problems = unexpected_errors(op.log.read_text(errors="replace"), EXPECTED_ERRORS)
+    problems += unexpected_errors(side.log.read_text(errors="replace"), EXPECTED_ERRORS)
     assert not problems, "unexpected errors in the logs:\n" + "\n".join(problems[:20])
-    return {"restarts": restarts, "changes_after_restart": changes, "generations_checked": watcher.total()}
+    return {
+        "restarts": restarts,
+        "changes_after_restart": changes,
+        "generations_checked": figures.generations_checked,
+        "pairs_compared": figures.pairs_compared,
+        "gaps_from_journal": figures.generations_from_journal,
+        "watch_outages": figures.outages,
+    }
 
 
 def test_api_server_and_etcd_restarts_lose_nothing(
@@ -219,6 +230,9 @@ def test_conflicting_writes_are_retried(
     assert cm.metadata is not None
     assert cm.metadata.annotations is not None
     assert cm.metadata.annotations["example.com/touched"] == str(writes[0] - 1)
-    watcher.assert_clean()
+    # The first assignment and at least one generation for the change that met the conflict.
+    last = wait_converged(api_client, namespace, GROUP, churn.members(GROUP))
+    watcher.wait_seen(GROUP, last.generation)
+    watcher.assert_clean(min_generations=2, journal=op.journal_records())
     assert op.alive
     print(f"conflict figures: foreign_writes={writes[0]} conflicts={conflicts:g} changes={churn.actions}")

@@ -8,7 +8,9 @@ over an unchanged membership publishes nothing. Seeded, so a failure can be repl
 
 from __future__ import annotations
 
+import functools
 import random
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,8 +41,22 @@ GROUPS: dict[str, dict[str, Any]] = {
 }
 
 
+def kill_landed(op: OperatorProcess) -> int:
+    """SIGKILL ``op``: 1 when it landed on a running operator (it died of that signal), else 0."""
+    proc = op.proc
+    if proc is None or proc.poll() is not None:
+        return 0  # not running (it would have died on its own: the convergence checks catch that)
+    op.kill()
+    return 1 if proc.returncode == -signal.SIGKILL else 0
+
+
+def taken_up(op: OperatorProcess) -> bool:
+    """The operator has reconciled every group once (its start-up work): it serves them."""
+    return op.reconciles() >= len(GROUPS)
+
+
 def crash_loop(
-    kills: int,
+    cycles: int,
     seed: int,
     api: client.ApiClient,
     namespace: str,
@@ -57,30 +73,35 @@ def crash_loop(
         for _ in range(2):
             churn.add(group)
     op = start_operator()
-    during_startup = 0
-    for _ in range(kills):
-        # A burst while the operator runs; the kill lands after a random number of its changes,
-        # or (one time in five) while the restarted operator is still starting.
+    kills = during_startup = early_restarts = 0
+    for _ in range(cycles):
+        # The operator has taken up every group (one start-up reconcile each): it is at work. A
+        # burst of changes follows and the kill lands after a random number of them, at least one
+        # (or, one restart in five, again while the restarted operator is still starting).
+        wait_for(
+            f"the operator to reconcile all {len(GROUPS)} groups",
+            functools.partial(taken_up, op),
+        )
         burst = rng.randint(2, 8)
-        kill_after = rng.randint(0, burst)
+        kill_after = rng.randint(1, burst)
         for i in range(burst):
             if i == kill_after:
                 time.sleep(rng.uniform(0, 0.4))
-                op.kill()
+                kills += kill_landed(op)
             churn.step()
             time.sleep(rng.uniform(0, 0.15))
-        if op.alive:
+        if kill_after == burst:
             time.sleep(rng.uniform(0, 0.4))
-            op.kill()
+            kills += kill_landed(op)
         # Changes while no operator runs.
         for _ in range(rng.randint(0, 2)):
             churn.step()
         early = rng.random() < 0.2
         op = start_operator(wait=not early)
         if early:
-            during_startup += 1
+            early_restarts += 1
             time.sleep(rng.uniform(0.3, 2.0))
-            op.kill()
+            during_startup += kill_landed(op)
             op = start_operator()
 
     # Settled: every group reaches its current members, each queue exactly one owner.
@@ -93,6 +114,13 @@ def crash_loop(
             assert set(counts.values()) == {1}, f"{group}: a queue with several owners: {counts}"
         else:
             assert not counts, f"{group}: queues held with no members"
+
+    # Every generation of every group checked: the watcher saw each group's generations 1 to the
+    # last one (assert_clean fails on any missing between), so at least their sum.
+    for g, doc in docs.items():
+        watcher.wait_seen(g, doc.generation)
+    published = sum(doc.generation for doc in docs.values())
+    assert published >= len(GROUPS)
 
     # An unchanged membership: kill and restart once more; the first reconciles publish nothing.
     before = {g: watcher.generations(g) for g in GROUPS}
@@ -107,13 +135,18 @@ def crash_loop(
     assert {g: watcher.generations(g) for g in GROUPS} == before
     assert op.metric("mqbalance_reconciles_total", result="published") == 0
 
-    watcher.assert_clean()
+    checked = watcher.assert_clean(min_generations=published, journal=op.journal_records())
     op.stop()
+    assert during_startup == early_restarts, (
+        f"{early_restarts - during_startup} start-up kills found no operator"
+    )
     return {
-        "kills": kills + during_startup + 1,
+        "kills": kills,
         "kills_during_startup": during_startup,
         "membership_changes": churn.actions,
-        "generations_checked": watcher.total(),
+        "generations_checked": checked.generations_checked,
+        "pairs_compared": checked.pairs_compared,
+        "documents_read": checked.documents_read,
     }
 
 
@@ -131,7 +164,7 @@ def test_operator_survives_sigkill_during_bursts(
 ) -> None:
     figures = crash_loop(10, 9, api_client, namespace, nodes, topics, watcher, start_operator)
     _report(figures)
-    assert figures["kills"] >= 10
+    assert figures["kills"] == 10, "a cycle's SIGKILL found no running operator"
 
 
 @pytest.mark.slow
@@ -145,4 +178,4 @@ def test_operator_survives_fifty_sigkills(
 ) -> None:
     figures = crash_loop(50, 2024, api_client, namespace, nodes, topics, watcher, start_operator)
     _report(figures)
-    assert figures["kills"] >= 50
+    assert figures["kills"] == 50, "a cycle's SIGKILL found no running operator"

@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from harness.polling import wait_for
+from harness.polling import scaled, wait_for
 from harness.processes import OperatorProcess
 from mqbalance.model import MessageQueue
 from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (
+    Caused,
     Churn,
     GenerationWatcher,
     wait_converged,
@@ -51,6 +52,7 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
     start_operator: Callable[..., OperatorProcess],
 ) -> None:
     rng = random.Random(5)
+    caused = Caused()
     for group, spec in GROUPS.items():
         apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
     churn = Churn(api_client, namespace, list(GROUPS), nodes, rng)
@@ -61,11 +63,11 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
     wait_for("a lease holder", lambda: lease_spec(api_client, namespace).holder_identity)
     second = start_operator(*args, name="second")  # healthy as a standby
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     for _ in range(6):
         churn.step()
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     holder = lease_spec(api_client, namespace).holder_identity
     assert first.journal_records(), "the first replica published nothing"
     assert not second.journal_records(), "the standby published"
@@ -80,20 +82,20 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
         timeout=DURATION * 5,
     )
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     takeover = time.monotonic() - killed
     assert second.journal_records(), "the new leader published nothing"
     for _ in range(4):
         churn.step()
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     transitions = lease_spec(api_client, namespace).lease_transitions
     assert transitions == 1, f"the lease changed hands {transitions} times"
     assert second.alive
-    watcher.assert_clean()
+    checked = caused.check(watcher, [*first.journal_records(), *second.journal_records()])
     print(
         f"leader figures: takeover_seconds={takeover:.1f} lease_duration={DURATION}",
-        f"transitions={transitions}",
+        f"transitions={transitions} generations_checked={checked.generations_checked}",
     )
 
 
@@ -109,20 +111,21 @@ def test_sigterm_releases_the_lease_for_an_immediate_takeover(
     not wait for it to expire (a duration long enough that waiting would show)."""
     duration = 60
     rng = random.Random(6)
+    caused = Caused()
     group, spec = "sticky", GROUPS["sticky"]
     apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
     churn = Churn(api_client, namespace, [group], nodes, rng)
     churn.add(group)
     args = ("--leader-election", LEASE, "--lease-duration", str(duration))
     first = start_operator(*args, name="first")
-    wait_converged(api_client, namespace, group, churn.members(group))
+    wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     holder = lease_spec(api_client, namespace).holder_identity
     assert holder
 
     assert first.proc is not None
     stopped = time.monotonic()
     first.proc.terminate()
-    assert first.proc.wait(timeout=30) == 0, first.tail()
+    assert first.proc.wait(timeout=scaled(30)) == 0, first.tail()
     first.proc = None
     released = lease_spec(api_client, namespace)
     # Released as client-go releases on cancel: no holder, a one-second duration.
@@ -136,10 +139,13 @@ def test_sigterm_releases_the_lease_for_an_immediate_takeover(
         lambda: lease_spec(api_client, namespace).holder_identity not in (None, holder),
         timeout=duration / 2,
     )
-    wait_converged(api_client, namespace, group, churn.members(group))
+    wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     handover = time.monotonic() - stopped
     assert "standing by" not in second.tail(200), "the second replica waited for the released lease"
     assert second.journal_records(), "the new leader published nothing"
     assert lease_spec(api_client, namespace).lease_transitions == 1
-    watcher.assert_clean()
-    print(f"leader figures: sigterm_handover_seconds={handover:.1f} lease_duration={duration}")
+    checked = caused.check(watcher, [*first.journal_records(), *second.journal_records()])
+    print(
+        f"leader figures: sigterm_handover_seconds={handover:.1f} lease_duration={duration}",
+        f"generations_checked={checked.generations_checked}",
+    )

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from harness.cluster import ensure_binaries
+from harness.polling import scaled
 from harness.processes import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,7 +27,7 @@ def rendered_rules(*values: str) -> list[tuple[str, dict[str, Any]]]:
     argv = [str(helm), "template", "mq", str(REPO / "charts" / "mqbalance"), "--namespace", "mq"]
     for value in values:
         argv += ["--set", value]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=scaled(120)).stdout
     rules = []
     for doc in yaml.safe_load_all(out):
         if doc and doc["kind"] in ("Role", "ClusterRole"):

@@ -23,7 +23,7 @@ from mqbalance.model import MessageQueue
 from mqbalance.operator.shards import shard_of
 from tests.integration.operator_support import apply_group, apply_topic
 from tests.integration.reliability.conftest import TOPICS, readable_queues
-from tests.integration.reliability.reliability_support import Churn, GenerationWatcher, wait_converged
+from tests.integration.reliability.reliability_support import Caused, Churn, GenerationWatcher, wait_converged
 
 PREFIX = "mqbalance-shards"
 SHARDS = 6
@@ -60,6 +60,7 @@ def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
     start_operator: Callable[..., OperatorProcess],
 ) -> None:
     rng = random.Random(17)
+    caused = Caused()
     for group in GROUPS:
         spec = {"topics": ["orders"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0}
         apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
@@ -71,11 +72,11 @@ def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
     replicas = [start_operator(*args, name=f"replica-{i}") for i in range(3)]
     held = wait_for("every shard held by one of three replicas", lambda: split(replicas, 3), DURATION * 5)
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     for group in GROUPS:  # a change for every group, now that the shards are dealt
         churn.add(group)
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     # Each group's latest generation came from the replica holding its shard: the work is split.
     latest: dict[str, tuple[int, str]] = {}
     for op in replicas:
@@ -95,15 +96,17 @@ def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
     survivors = [op for op in replicas if op is not victim]
     wait_for("the survivors to hold every shard", lambda: split(survivors, 2), DURATION * 5)
     for group in orphaned:
-        wait_converged(api_client, namespace, group, churn.members(group), timeout=DURATION * 5)
+        wait_converged(
+            api_client, namespace, group, churn.members(group), timeout=DURATION * 5, caused=caused
+        )
     takeover = time.monotonic() - killed
     for _ in range(8):
         churn.step()
     for group in GROUPS:
-        wait_converged(api_client, namespace, group, churn.members(group))
+        wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
 
     # No group was published by two replicas at once: every generation once, by one replica.
-    watcher.assert_clean()
+    caused.check(watcher, [r for op in replicas for r in op.journal_records()])
     seen = assert_one_writer(replicas, survivors)
     print(
         f"shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION} shards={SHARDS}",
@@ -128,6 +131,7 @@ def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     watchers: list[GenerationWatcher] = []
     churns: dict[str, Churn] = {}
+    caused: dict[str, Caused] = {ns: Caused() for ns in namespaces}
     try:
         for ns in namespaces:
             for name, brokers in TOPICS.items():
@@ -148,11 +152,11 @@ def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
         held = wait_for("every shard held by one of three replicas", lambda: split(replicas, 3), DURATION * 5)
 
         wait_watching(replicas, held, churns, "each replica to watch the namespaces of its shards")
-        converge_all(api_client, churns)
+        converge_all(api_client, churns, caused)
         for churn in churns.values():  # a change for every group, now that the shards are dealt
             for group in churn.groups:
                 churn.add(group)
-        converge_all(api_client, churns)
+        converge_all(api_client, churns, caused)
         # Each group's latest generation came from the replica holding its namespace's shard.
         latest: dict[tuple[str, str], tuple[int, OperatorProcess]] = {}
         for op in replicas:
@@ -168,11 +172,12 @@ def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
         late = f"{namespace[:50]}-late"
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=late)))
         namespaces.append(late)
+        caused[late] = Caused()
         for name, brokers in TOPICS.items():
             apply_topic(api_client, late, name, brokers)
         watchers.append(GenerationWatcher(api_client, late, readable_queues()).start())
         churns[late] = start_groups(api_client, late, nodes, rng)
-        converge_all(api_client, {late: churns[late]})
+        converge_all(api_client, {late: churns[late]}, caused)
         wait_watching(replicas, held, churns, "the new namespace watched by its shard's holder")
 
         victim = max(replicas, key=lambda op: len(served_by(op, held, churns)))
@@ -185,17 +190,18 @@ def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
                 churns[ns].add(group)
         survivors = [op for op in replicas if op is not victim]
         held = wait_for("the survivors to hold every shard", lambda: split(survivors, 2), DURATION * 5)
-        converge_all(api_client, {ns: churns[ns] for ns in orphaned}, timeout=DURATION * 5)
+        converge_all(api_client, {ns: churns[ns] for ns in orphaned}, caused, timeout=DURATION * 5)
         takeover = time.monotonic() - killed
         wait_watching(survivors, held, churns, "the survivors to watch the namespaces of their shards")
         for churn in churns.values():
             for _ in range(3):
                 churn.step()
-        converge_all(api_client, churns)
+        converge_all(api_client, churns, caused)
 
         # No group was published by two replicas at once: every generation once, by one replica.
+        journal = [r for op in replicas for r in op.journal_records()]
         for w in watchers:
-            w.assert_clean()
+            caused[w.namespace].check(w, journal)
         assert_one_writer(replicas, survivors)
         print(
             f"namespace shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION}",
@@ -222,10 +228,12 @@ def start_groups(api: client.ApiClient, namespace: str, nodes: list[str], rng: r
     return churn
 
 
-def converge_all(api: client.ApiClient, churns: dict[str, Churn], timeout: float = 60.0) -> None:
+def converge_all(
+    api: client.ApiClient, churns: dict[str, Churn], caused: dict[str, Caused], timeout: float = 60.0
+) -> None:
     for ns, churn in churns.items():
         for group in churn.groups:
-            wait_converged(api, ns, group, churn.members(group), timeout=timeout)
+            wait_converged(api, ns, group, churn.members(group), timeout=timeout, caused=caused[ns])
 
 
 def served_by(op: OperatorProcess, held: dict[str, list[int]], churns: dict[str, Churn]) -> list[str]:

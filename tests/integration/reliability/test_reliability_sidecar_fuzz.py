@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.polling import scaled, work_timeout
 from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
@@ -86,11 +87,13 @@ def fuzz(tmp_path: Path, max_examples: int) -> int:
                 f"--checks={CHECKS}",
                 f"--max-examples={max_examples}",
                 "--seed=1",
-                f"--request-timeout={MAX_WAIT + 5}",
+                # A long-poll may take MAX_WAIT; the answer after it, a busy machine's while.
+                f"--request-timeout={MAX_WAIT + scaled(5):.0f}",
             ],
             capture_output=True,
             text=True,
-            timeout=600,
+            # Most examples answer at once; a few long-polls wait up to MAX_WAIT each.
+            timeout=scaled(work_timeout(600, 0.5, max_examples)),
             check=False,
         )
         assert side.returncode is None, f"the sidecar died:\n{side.tail()}"

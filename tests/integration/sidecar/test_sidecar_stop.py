@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.polling import scaled, wait_for
 from harness.processes import SidecarProcess
 
 
@@ -36,13 +37,21 @@ def test_sigterm_ends_waiting_long_polls_at_once(
     gone = socket.create_connection(("127.0.0.1", sidecar.port))
     for conn in (waiting, gone):
         conn.sendall(b"GET /v1/queues?after=3&timeout=120 HTTP/1.1\r\nHost: sidecar\r\n\r\n")
-    time.sleep(0.5)
+    wait_for(
+        "both long-polls to wait in the sidecar",
+        lambda: sidecar.metric("mqbalance_sidecar_long_polls", group="orders") >= 2,
+    )
     gone.close()
+    # "At once" is seconds, against the 120 s the long-polls would otherwise wait: a busy machine
+    # may stretch the seconds (harness.polling.scaled), never to the long-polls' timeout.
+    limit = scaled(5, at_most=60)
     started = time.monotonic()
     sidecar.stop(timeout=60)
     took = time.monotonic() - started
     answer = waiting.recv(65536).decode()
     waiting.close()
-    assert took < 5, f"the sidecar took {took:.1f} s to stop with long-polls waiting"
+    assert took < limit, (
+        f"the sidecar took {took:.1f} s (limit {limit:.0f} s) to stop with long-polls waiting"
+    )
     assert answer.startswith("HTTP/1.1 200"), answer
     assert '"generation":3' in answer
