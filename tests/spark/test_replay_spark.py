@@ -1,70 +1,32 @@
 """The Spark job equals the single-process replay, event by event.
 
 The journal test replays the sample journal and, in addition, every journal named
-by ``MQBALANCE_REPLAY_JOURNAL`` (paths separated by ``os.pathsep``), such as one
-an integration test collected from the operator. ``check_journal`` is the whole
-comparison, for other tests to call with their own journal.
+by ``MQBALANCE_REPLAY_JOURNAL`` (paths separated by ``os.pathsep``). The operator's own
+journal is replayed the same way by tests/integration/operator/test_journal_replay.py.
+``check_journal`` (in tests/spark_support.py, re-exported here) is the whole comparison,
+for other tests to call with their own journal.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.testing import assertDataFrameEqual
+from pyspark.sql import SparkSession
 
-from mqbalance.pipeline import sample_journal, scoring, spark_job, synthetic
-from mqbalance.pipeline.main import (
-    LineCounts,
-    Progress,
-    Settings,
-    journal_files,
-    read_journal,
-    run_single_process,
-    run_spark,
-)
-from mqbalance.pipeline.replay import FIGURE_SCHEMA, FigureRow, replay
+from mqbalance.pipeline import sample_journal, spark_job, synthetic
+from mqbalance.pipeline.main import Progress, Settings, run_single_process, run_spark
+from mqbalance.pipeline.replay import replay
+from tests.spark_support import WEIGHTS, check_figures, check_journal
 
-WEIGHTS = scoring.Weights()
-
-
-def expected_frame(spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: str) -> DataFrame:
-    return spark.createDataFrame(rows, schema)
-
-
-def check_figures(spark: SparkSession, figures: DataFrame, expected: list[FigureRow]) -> None:
-    assert expected, "nothing was replayed"
-    assertDataFrameEqual(figures, expected_frame(spark, expected, FIGURE_SCHEMA), checkRowOrder=False)
-    totals = scoring.totals(expected)
-    spark_totals = spark_job.strategy_totals(figures)
-    assertDataFrameEqual(
-        spark_totals, expected_frame(spark, totals, scoring.TOTALS_SCHEMA), checkRowOrder=False
-    )
-    assertDataFrameEqual(
-        spark_job.group_summaries(spark_totals, WEIGHTS),
-        expected_frame(spark, scoring.summaries(totals, WEIGHTS), scoring.SUMMARY_SCHEMA),
-        checkRowOrder=False,
-    )
+__all__ = ["check_journal"]
 
 
 def test_synthetic_replay_equals_the_single_process_replay(spark: SparkSession) -> None:
     churn = synthetic.Churn(groups=7, events_per_group=12, zones=3, queues=(2, 5), topics=2, seed=21)
     figures = spark_job.synthetic_figures(spark.range(0, churn.groups, numPartitions=3), churn)
     check_figures(spark, figures, list(replay(synthetic.events(churn))))
-
-
-def check_journal(spark: SparkSession, paths: list[str]) -> None:
-    """Parse and replay ``paths`` in Spark and in this process; every figure must agree."""
-    counts = LineCounts()
-    expected = list(replay(read_journal(journal_files(paths), counts)))
-    parsed = spark_job.parse_journal(spark.read.text(paths))
-    by_status = {r["status"]: r["count"] for r in parsed.groupBy("status").count().collect()}
-    assert by_status.get("skipped", 0) == counts.skipped
-    assert by_status.get("invalid", 0) == counts.invalid
-    check_figures(spark, spark_job.replay_events(spark_job.journal_events(parsed)), expected)
 
 
 def test_journal_replay_equals_the_single_process_replay(spark: SparkSession, tmp_path: Path) -> None:
