@@ -578,7 +578,7 @@ def run(
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
         if isinstance(v, MqbalanceVariant):
-            score.owners, score.final_owners = journal_owners(journal, v.group, TOPIC)
+            score.owners, score.final_owners = journal_owners(journal, v.group, TOPIC, stopped_epoch)
             moved = with_first_consumption(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
@@ -588,18 +588,19 @@ def run(
 
 
 def journal_owners(
-    journal: Iterable[JournalRecord], group: str, topic: str
+    journal: Iterable[JournalRecord], group: str, topic: str, until: float
 ) -> tuple[dict[str, frozenset[str]], dict[str, str]]:
     """Per queue (``broker:id``) of ``topic``: every member ``group``'s generations named as its
-    owner, and its owner in the last generation."""
+    owner, and the last member one of them published before ``until`` (the time production
+    stopped; after it the members are stopped, and a queue being handed over has no owner)."""
     owners: dict[str, set[str]] = defaultdict(set)
     final: dict[str, str] = {}
     for r in sorted((r for r in journal if r.group == group), key=lambda r: r.generation):
-        final = {}
         for member, queues in r.assignment.get(topic, {}).items():
             for mq in queues:
                 owners[f"{mq.broker_name}:{mq.queue_id}"].add(member)
-                final[f"{mq.broker_name}:{mq.queue_id}"] = member
+                if r.time <= until:
+                    final[f"{mq.broker_name}:{mq.queue_id}"] = member
     return {q: frozenset(m) for q, m in owners.items()}, final
 
 
