@@ -578,7 +578,12 @@ def run(
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
         if isinstance(v, MqbalanceVariant):
-            score.owners, score.final_owners = journal_owners(journal, v.group, TOPIC, stopped_epoch)
+            score.owners, final_owners = journal_owners(journal, v.group, TOPIC, stopped_epoch)
+            # Only with the handover does the old owner stop before the new one starts, so that
+            # what comes after the last move is the last owner's to consume; in one step the old
+            # owner may consume it all while a new member is still starting.
+            if isinstance(v, MqbalanceHandoverVariant):
+                score.final_owners = final_owners
             moved = with_first_consumption(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )

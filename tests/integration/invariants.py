@@ -79,20 +79,23 @@ def check_journal(records: Iterable[JournalRecord]) -> int:
 def consumer_problems(score: Score) -> list[str]:
     """What is wrong with who consumed what in an end-to-end run (``harness.e2e``): a queue the
     producer wrote to that nobody consumed; with mqbalance, a queue consumed by a member no
-    generation named its owner, or not by its owner in the last generation (which held it from
-    then to the end of the run, while messages kept coming)."""
+    generation named its owner; with the handover (``final_owners`` set), a queue not consumed by
+    its owner in the last generation before production stopped (which held it from then to the
+    end of the run, while messages kept coming, and alone: its old owner had released it)."""
     problems = []
     if not score.produced_queues:
         problems.append(f"{score.variant}: nothing produced")
     for queue in sorted(score.produced_queues - set(score.consumers)):
         problems.append(f"{score.variant}: nobody consumed {queue}")
-    if score.owners is None or score.final_owners is None:
+    if score.owners is None:
         return problems  # RocketMQ's own rebalance: no published assignment to compare with
     for queue in sorted(score.produced_queues & set(score.consumers)):
         consumers = score.consumers[queue]
         strangers = consumers - score.owners.get(queue, frozenset())
         if strangers:
             problems.append(f"{score.variant}: {queue} consumed by {sorted(strangers)}, never its owners")
+        if score.final_owners is None:
+            continue
         final = score.final_owners.get(queue)
         if final not in consumers:
             problems.append(
