@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # docs/local-cluster.md. The real-pod tests (`make test-node`, root) run on a kubelet + containerd
 # node of the same release (docs/real-node.md).
 .PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq browser java-test demo \
-	demo-node test test-k8s-1.20 test-node test-unit test-mutation lint format bench bench-node crds clean
+	demo-node test test-k8s-1.20 test-node test-unit test-mutation test-slow lint format bench bench-node crds clean
 
 help:
 	@echo "make demo           run the local demo: on real pods when a real node can run here, else pods acted out"
@@ -21,6 +21,7 @@ help:
 	@echo "make test-node      the real-pod tests: helm install, scaling, probes, bad input on a real node (root)"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
 	@echo "make test-mutation  the operator tests against deliberately broken operators: each must fail"
+	@echo "make test-slow      the long variants of the reliability tests"
 	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make control-plane  build or reuse current Kubernetes (apiserver, controller-manager, ...), etcd, helm, promtool"
@@ -65,7 +66,9 @@ node:
 images: node
 	bash hack/build-images.sh
 
-demo: venv control-plane
+# The virtual environment (downloads) and the control plane (a Go build) side by side.
+demo:
+	$(MAKE) -j2 venv control-plane
 	$(BIN)/python -m harness.demo
 
 demo-node: venv node images
@@ -100,7 +103,12 @@ test-unit: venv
 # The operator broken on purpose (tests/mutation/mutants.py, applied at run time): the tests named
 # for each property must fail (docs/reliability.md, "Mutation runs").
 test-mutation: venv control-plane
-	$(BIN)/pytest -m mutation tests/mutation
+	MQBALANCE_K8S_VERSION=current $(BIN)/pytest -m mutation tests/mutation -s
+
+# The long variants of the reliability tests (marked slow; docs/reliability.md says which and why
+# CI leaves them out).
+test-slow: venv control-plane
+	MQBALANCE_K8S_VERSION=current $(BIN)/pytest --run-slow -m slow tests/integration
 
 test-node: venv node images
 	$(BIN)/pytest -m node tests/node
