@@ -489,8 +489,6 @@ class Score:
     """Queue (``broker:id``) -> the members that consumed this run's messages from it."""
     owners: dict[str, frozenset[str]] | None = None
     """mqbalance variants: queue -> every member a generation of the group named as its owner."""
-    final_owners: dict[str, str] | None = None
-    """mqbalance variants: queue -> its owner in the group's last generation."""
 
 
 def run(
@@ -578,12 +576,7 @@ def run(
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
         if isinstance(v, MqbalanceVariant):
-            score.owners, final_owners = journal_owners(journal, v.group, TOPIC, stopped_epoch)
-            # Only with the handover does the old owner stop before the new one starts, so that
-            # what comes after the last move is the last owner's to consume; in one step the old
-            # owner may consume it all while a new member is still starting.
-            if isinstance(v, MqbalanceHandoverVariant):
-                score.final_owners = final_owners
+            score.owners = journal_owners(journal, v.group, TOPIC)
             moved = with_first_consumption(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
@@ -592,21 +585,16 @@ def run(
     return scores
 
 
-def journal_owners(
-    journal: Iterable[JournalRecord], group: str, topic: str, until: float
-) -> tuple[dict[str, frozenset[str]], dict[str, str]]:
-    """Per queue (``broker:id``) of ``topic``: every member ``group``'s generations named as its
-    owner, and the last member one of them published before ``until`` (the time production
-    stopped; after it the members are stopped, and a queue being handed over has no owner)."""
+def journal_owners(journal: Iterable[JournalRecord], group: str, topic: str) -> dict[str, frozenset[str]]:
+    """Per queue (``broker:id``) of ``topic``: every member ``group``'s generations named as its owner."""
     owners: dict[str, set[str]] = defaultdict(set)
-    final: dict[str, str] = {}
-    for r in sorted((r for r in journal if r.group == group), key=lambda r: r.generation):
+    for r in journal:
+        if r.group != group:
+            continue
         for member, queues in r.assignment.get(topic, {}).items():
             for mq in queues:
                 owners[f"{mq.broker_name}:{mq.queue_id}"].add(member)
-                if r.time <= until:
-                    final[f"{mq.broker_name}:{mq.queue_id}"] = member
-    return {q: frozenset(m) for q, m in owners.items()}, final
+    return {q: frozenset(m) for q, m in owners.items()}
 
 
 def _read_produced(path: Path) -> dict[tuple[str, int, int], tuple[str, int]]:
