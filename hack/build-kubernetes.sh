@@ -200,7 +200,7 @@ build() {  # build BINARY...: those of CONTROL_PLANE_BINARIES and NODE_BINARIES 
   # Upstream's release tags: selinux, no test hooks, no x/net/trace in gRPC.
   local tags=selinux,notest,grpcnotrace
   total="$(cd "$work" && "$go" list -tags "$tags" -deps "${targets[@]}" "${etcd[@]}" 2>/dev/null | wc -l)"
-  log "building $* $VERSION with $("$go" env GOVERSION): $total packages, those not in the Go build cache compiled (10-15 minutes cold on 2 cores)"
+  log "building $* $VERSION with $("$go" env GOVERSION): $total packages, those not in the Go build cache compiled (about 9 minutes cold on an idle 2-core machine)"
   mkdir -p "$work/out"
   (
     cd "$work"
