@@ -173,7 +173,7 @@ def parse_handover(data: Any, model: MessageModel) -> HandoverSpec:
         ("releaseTimeoutSeconds", DEFAULT_RELEASE_TIMEOUT, 1, 3600),
         ("brokerLockSeconds", DEFAULT_BROKER_LOCK, 0, 3600),
         ("leaseSeconds", DEFAULT_LEASE, 1, 3600),
-        ("renewSeconds", DEFAULT_RENEW, 0.5, 1800),
+        ("renewSeconds", DEFAULT_RENEW, 1, 1800),
     ):
         value = data.get(key, default)
         if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:

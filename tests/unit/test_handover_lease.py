@@ -49,7 +49,7 @@ def test_defaults_fill_in_lease_renew_and_margin() -> None:
         ({"leaseMarginSeconds": -1}, "leaseMarginSeconds is -1"),
         ({"leaseMarginSeconds": "5"}, "leaseMarginSeconds is '5'"),
         ({"leaseSeconds": 0}, "leaseSeconds is 0; use a number of seconds from 1 to 3600"),
-        ({"renewSeconds": 0.1}, "renewSeconds is 0.1; use a number of seconds from 0.5 to 1800"),
+        ({"renewSeconds": 0.1}, "renewSeconds is 0.1; use a number of seconds from 1 to 1800"),
         ({"renewSeconds": True}, "renewSeconds is True"),
     ],
 )
