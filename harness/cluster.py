@@ -40,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -263,10 +263,14 @@ def _die_with_parent() -> None:
 class _Component:
     """One child process in its own process group, logging to a file."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.env = env
+        """The process's environment; None inherits this one's."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -275,10 +279,12 @@ class _Component:
             log.flush()
             self.proc = subprocess.Popen(
                 self.argv,
+                env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group; Ctrl-C in a terminal does not reach it
+                # SIGKILL when the starting thread dies, even by SIGKILL: nothing left behind.
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 

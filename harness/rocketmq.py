@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from harness import polling
-from harness.cluster import _Component, _die_with_parent, cache_dir
+from harness.cluster import _Component, cache_dir
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.operator.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.remoting import (
@@ -149,25 +149,11 @@ class _PortTaken(Exception):
 
 
 class _JavaProcess(_Component):
-    """A RocketMQ server JVM; its console output is its own log file."""
+    """A RocketMQ server JVM; its console output is its own log file. Start RocketMQ from a thread
+    that outlives it (normally the main thread): the JVM dies with that thread."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
-        super().__init__(name, argv, log_path)
-        self.env = env
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
-                # SIGKILL when the starting thread dies, even by SIGKILL: no JVM left behind. Start
-                # RocketMQ from a thread that outlives it (normally the main thread).
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+        super().__init__(name, argv, log_path, env)
 
 
 class RocketMQ:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -41,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from harness.cluster import free_port
+from harness.cluster import _Component, _die_with_parent, free_port
 from harness.polling import scaled, wait_for
 
 LOOPBACK = "127.0.0.1"
@@ -84,36 +83,15 @@ def spark_home() -> Path:
     return Path(spec.origin).parent
 
 
-def _die_with_parent() -> None:
-    # In the child before exec (and kept across it): if this Python process is killed outright,
-    # the kernel kills the daemon too. Tied to the starting thread: start from one that lives on.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class _Daemon:
+class _Daemon(_Component):
     """One ``spark-class`` process in its own process group."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(name, argv, log, env)
 
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            out.write(f"=== {' '.join(self.argv)}\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+    @property
+    def log(self) -> Path:
+        return self.log_path
 
     @property
     def pgid(self) -> int | None:
@@ -126,28 +104,11 @@ class _Daemon:
             )
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM the process group, SIGKILL it after ``grace`` seconds; then SIGKILL what is left."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # Executors and Python workers outlive a worker for a moment: nothing of the group stays.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        # Executors and Python workers outlive a worker for a moment: the group is killed after.
+        super().stop(grace)
 
     def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return super().tail(lines)
 
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
