@@ -223,13 +223,14 @@ def start_pods(
     *,
     hold: bool = False,
     ready: bool = True,
+    first: int = 0,
 ) -> list[client.V1Pod]:
-    """Create ``prefix-0`` … ``prefix-{count-1}``, bind them round-robin over ``nodes`` and
-    flip them to Running (Ready unless ``ready=False``). Returns the final pods."""
+    """Create ``prefix-{first}`` … ``prefix-{first+count-1}``, bind them round-robin over
+    ``nodes`` and flip them to Running (Ready unless ``ready=False``). Returns the final pods."""
     if not nodes:
         raise ValueError("start_pods needs at least one node")
     pods = []
-    for i in range(count):
+    for i in range(first, first + count):
         name = f"{prefix}-{i}"
         create_pod(api, namespace, name, labels, hold=hold)
         bind_pod(api, namespace, name, nodes[i % len(nodes)])
