@@ -326,6 +326,9 @@ class BrokerData:
     broker_name: str
     cluster: str
     addresses: Mapping[int, str]
+    zone: str | None = None
+    """The zone the broker registered with (5.x: ``-Drocketmq.zone`` or ``$ROCKETMQ_ZONE`` on the
+    broker; RocketMQ's ``zoneName``); None when it gave none (every 4.x broker)."""
 
     @property
     def master_address(self) -> str | None:
@@ -350,8 +353,9 @@ class TopicRouteData:
         Every QueueData is kept, as a consumer's ``topicRouteData2TopicSubscribeInfo`` keeps
         the readable ones whether or not the broker group has a master; a broker without one
         has ``has_master`` False, so producers skip it as ``topicRouteData2TopicPublishInfo`` does.
+        A broker's zone is ``zones``' entry, else the zone it registered with, else unknown.
         """
-        zones = zones or {}
+        zones = {**self.registered_zones(), **(zones or {})}
         brokers = sorted(
             (
                 Broker(
@@ -367,6 +371,10 @@ class TopicRouteData:
             key=lambda b: b.name,
         )
         return TopicRoute(topic=self.topic, brokers=tuple(brokers))
+
+    def registered_zones(self) -> dict[str, str]:
+        """Broker name -> the zone it registered with, for the brokers that gave one."""
+        return {b.broker_name: b.zone for b in self.broker_datas if b.zone}
 
     def has_master(self, broker_name: str) -> bool:
         b = self.broker(broker_name)
@@ -413,6 +421,7 @@ def _broker_data(document: Mapping[str, Any]) -> BrokerData:
         broker_name=str(document["brokerName"]),
         cluster=str(document.get("cluster", "")),
         addresses={int(k): str(v) for k, v in (document.get("brokerAddrs") or {}).items()},
+        zone=str(document["zoneName"]) if document.get("zoneName") else None,
     )
 
 

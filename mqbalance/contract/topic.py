@@ -75,7 +75,8 @@ def read_topic(
             f"{where}: its route has not been read from the NameServer yet (see the Topic's "
             "RouteAvailable condition)"
         )
-    zones = {e.name: e.zone for e in entries}
+    # A zone written in spec.brokers wins over the one the broker registered with.
+    zones = {e.name: e.zone for e in entries if e.zone != UNKNOWN_ZONE}
     return TopicRoute(
         name,
         tuple(
@@ -84,7 +85,7 @@ def read_topic(
                 b.read_queue_nums,
                 b.write_queue_nums,
                 b.perm,
-                zones.get(b.name, UNKNOWN_ZONE),
+                zones.get(b.name, b.zone),
                 b.has_master,
             )
             for b in read_route_status(resource_name, route)
@@ -129,7 +130,8 @@ def broker_entries(resource_name: str, spec: Mapping[str, Any]) -> list[BrokerEn
 
 
 def route_status(address: str, brokers: Sequence[Broker]) -> dict[str, Any]:
-    """``status.route``: the route a NameServer answered, as the operator writes it."""
+    """``status.route``: the route a NameServer answered, as the operator writes it (a broker's
+    ``zone`` only when it registered with one)."""
     return {
         "nameServer": address,
         "brokers": [
@@ -139,6 +141,7 @@ def route_status(address: str, brokers: Sequence[Broker]) -> dict[str, Any]:
                 "writeQueueNums": b.write_queue_nums,
                 "perm": b.perm,
                 "master": b.has_master,
+                **({"zone": b.zone} if b.zone != UNKNOWN_ZONE else {}),
             }
             for b in sorted(brokers, key=lambda b: b.name)
         ],
@@ -146,7 +149,8 @@ def route_status(address: str, brokers: Sequence[Broker]) -> dict[str, Any]:
 
 
 def read_route_status(resource_name: str, route: Mapping[str, Any]) -> list[Broker]:
-    """The brokers of a ``status.route`` (zones unknown); SpecError if it was edited into nonsense."""
+    """The brokers of a ``status.route`` with the zones they registered with (else unknown);
+    SpecError if it was edited into nonsense."""
     where = f"Topic {resource_name!r}: status.route"
     raw = route.get("brokers") if isinstance(route, Mapping) else None
     if not isinstance(raw, list):
@@ -160,6 +164,7 @@ def read_route_status(resource_name: str, route: Mapping[str, Any]) -> list[Brok
                     _count(b["readQueueNums"]),
                     _count(b["writeQueueNums"]),
                     _count(b["perm"]),
+                    zone=b.get("zone") or UNKNOWN_ZONE,
                     has_master=b.get("master", True) is not False,
                 )
             )

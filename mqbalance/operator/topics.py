@@ -21,7 +21,7 @@ from mqbalance.contract.topic import (
     reads_name_server,
     route_status,
 )
-from mqbalance.model import Broker, TopicRoute
+from mqbalance.model import UNKNOWN_ZONE, Broker, TopicRoute
 from mqbalance.operator.conditions import set_condition
 
 CONDITION_TYPES = ("RouteAvailable", "RouteInSync")
@@ -35,7 +35,7 @@ class RouteRead:
     """One attempt to read a Topic's route from its NameServers."""
 
     brokers: tuple[Broker, ...] | None
-    """The route's brokers (zones unknown), or None when the read failed."""
+    """The route's brokers (with the zones they registered with, if any), or None when the read failed."""
     address: str = ""
     """The NameServer that answered."""
     reason: str = "Read"
@@ -107,8 +107,8 @@ def topic_status(
 
 def route_drift(entries: Sequence[BrokerEntry], brokers: Sequence[Broker]) -> list[str]:
     """Where ``spec.brokers`` disagrees with the route read: brokers it names that the route lacks,
-    queue counts it gives that differ, and (when it lists any broker) brokers it does not name,
-    whose zone is therefore unknown."""
+    queue counts or zones it gives that differ (its zone is used), and (when it lists any broker)
+    brokers it does not name that registered no zone, whose zone is therefore unknown."""
     read = {b.name: b for b in brokers}
     named = {e.name for e in entries}
     drift = []
@@ -123,8 +123,13 @@ def route_drift(entries: Sequence[BrokerEntry], brokers: Sequence[Broker]) -> li
         ):
             if want is not None and want != got:
                 drift.append(f"broker {e.name}: spec.brokers says {key} {want}, the route {got}")
+        if UNKNOWN_ZONE not in (e.zone, b.zone) and e.zone != b.zone:
+            drift.append(
+                f"broker {e.name}: spec.brokers says zone {e.zone}, the broker registered zone {b.zone} "
+                "(spec.brokers' zone is used)"
+            )
     if entries:
-        unnamed = sorted(read.keys() - named)
+        unnamed = sorted(n for n in read.keys() - named if read[n].zone == UNKNOWN_ZONE)
         if unnamed:
             drift.append(
                 f"brokers {', '.join(unnamed)} are in the route but not in spec.brokers (zone unknown)"

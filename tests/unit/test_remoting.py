@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mqbalance.model import PERM_READ, Broker
+from mqbalance.model import PERM_READ, UNKNOWN_ZONE, Broker
 from mqbalance.remoting import (
     FLAG_RESPONSE,
     FrameError,
@@ -163,3 +163,16 @@ def test_broker_without_master_is_reported() -> None:
     )
     assert route.brokers_without_master() == ["b"]
     assert len(route.to_topic_route().readable_queues()) == 2
+
+
+def test_the_zone_a_broker_registered_with_is_read_and_a_given_zone_wins() -> None:
+    route = decode_topic_route(
+        "t",
+        b'{"queueDatas":[{"brokerName":"a","perm":6,"readQueueNums":1,"writeQueueNums":1},'
+        b'{"brokerName":"b","perm":6,"readQueueNums":1,"writeQueueNums":1}],'
+        b'"brokerDatas":[{"brokerName":"a","cluster":"c","brokerAddrs":{0:"127.0.0.1:1"},"zoneName":"zone-a"},'
+        b'{"brokerName":"b","cluster":"c","brokerAddrs":{0:"127.0.0.1:2"}}]}',
+    )
+    assert route.registered_zones() == {"a": "zone-a"}
+    assert {b.name: b.zone for b in route.to_topic_route().brokers} == {"a": "zone-a", "b": UNKNOWN_ZONE}
+    assert route.to_topic_route({"a": "z9"}).broker_zones()["a"] == "z9"

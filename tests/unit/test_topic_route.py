@@ -123,3 +123,29 @@ def test_a_hand_written_topic_reports_its_route_or_what_is_wrong() -> None:
 def test_poll_seconds_default_to_the_java_clients_interval() -> None:
     assert poll_seconds(NAME_SERVER) == 30.0
     assert poll_seconds({"nameServer": {"pollSeconds": 5}}) == 5.0
+
+
+ZONED = RouteRead((Broker("a", 4, 4, zone="zone-a"), Broker("b", 2, 2), Broker("c", 1, 1, zone="zone-c")))
+
+
+def test_zones_the_brokers_registered_with_are_used_unless_the_spec_gives_one() -> None:
+    spec = {**NAME_SERVER, "brokers": [{"name": "a", "zone": "z1"}, {"name": "b"}]}
+    written = route_status("10.0.0.5:9876", ZONED.brokers or ())
+    assert [b.get("zone") for b in written["brokers"]] == ["zone-a", None, "zone-c"]
+    route = read_topic("t", spec, written)
+    assert [(b.name, b.zone) for b in route.brokers] == [("a", "z1"), ("b", UNKNOWN_ZONE), ("c", "zone-c")]
+    assert {b.name: b.zone for b in read_topic("t", NAME_SERVER, written).brokers} == {
+        "a": "zone-a",
+        "b": UNKNOWN_ZONE,
+        "c": "zone-c",
+    }
+
+
+def test_a_zone_the_spec_and_the_broker_disagree_on_is_drift_and_a_registered_zone_is_known() -> None:
+    spec = {**NAME_SERVER, "brokers": [{"name": "a", "zone": "z1"}]}
+    state, reason, message = condition(topic_status("t", spec, 1, {}, ZONED, 0.0), "RouteInSync")
+    assert (state, reason) == ("False", "Drift")
+    assert message.split("; ") == [
+        "broker a: spec.brokers says zone z1, the broker registered zone zone-a (spec.brokers' zone is used)",
+        "brokers b are in the route but not in spec.brokers (zone unknown)",  # c registered its zone
+    ]

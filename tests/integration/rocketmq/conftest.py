@@ -1,4 +1,5 @@
-"""A real RocketMQ (NameServer + two Brokers from Apache's jars) shared by this folder's tests."""
+"""A real RocketMQ (NameServer + two Brokers from Apache's jars) shared by this folder's tests; each
+broker registers a zone (``broker-a`` in ``zone-a``, ``broker-b`` in ``zone-b``), as 5.x brokers can."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pytest
 
 from harness.rocketmq import RocketMQ
 
+ZONES = {"broker-a": "zone-a", "broker-b": "zone-b"}
+
 
 @pytest.fixture(scope="session")
 def rocketmq() -> Iterator[RocketMQ]:
-    with RocketMQ(brokers=("broker-a", "broker-b")) as running:
+    with RocketMQ(brokers=("broker-a", "broker-b"), zones=ZONES) as running:
         yield running
 
 

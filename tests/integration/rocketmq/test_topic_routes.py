@@ -26,6 +26,7 @@ from tests.integration.operator_support import (
     read_document,
     wait_generation,
 )
+from tests.integration.rocketmq.conftest import ZONES
 
 DEAD = "127.0.0.1:1"  # nothing listens on port 1
 POD_LABELS = {"app": "routes"}
@@ -164,6 +165,27 @@ def test_a_group_follows_the_route_the_name_server_gives(
     kept = read_document(api, ns, "orders")
     assert kept is not None
     assert kept.generation == grown.generation
+
+
+def test_zones_come_from_the_brokers_when_the_spec_names_none(
+    api_client: client.ApiClient,
+    rocketmq: RocketMQ,
+    routes_namespace: str,
+    operator: OperatorProcess,
+    topic_name: str,
+) -> None:
+    """5.x brokers started with ``$ROCKETMQ_ZONE`` register their zone with the NameServer
+    (RocketMQ's zoneName): a Topic without spec.brokers gets its zones from there."""
+    api, ns = api_client, routes_namespace
+    rocketmq.create_topic(topic_name, 2)
+    assert rocketmq.route(topic_name).registered_zones() == ZONES
+    put_topic(
+        api, ns, "zoned", {"topicName": topic_name, "nameServer": {"addresses": [rocketmq.namesrv_addr]}}
+    )
+    status = wait_topic(api, ns, "zoned", "RouteAvailable", "True", "Read")
+    assert {b["name"]: b.get("zone") for b in status["route"]["brokers"]} == ZONES
+    apply_group(api, ns, "zoned", {"topics": ["zoned"], "selector": {"matchLabels": POD_LABELS}})
+    assert wait_generation(api, ns, "zoned", 1).broker_zones == ZONES
 
 
 def test_the_operators_own_name_server_and_a_missing_topic(
