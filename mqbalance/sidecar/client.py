@@ -14,13 +14,23 @@ aiohttp), and can copy this file if it does not want even that::
 
 On shutdown, after committing: ``client.release(view["generation"], all=True)``.
 
-With a handover (Release, Orderly) a pod's queues are granted for a bounded time: check
-``client.grant_valid()`` before handing each batch to the application, and stop processing every
-queue when it is False (the sidecar is fenced, or has not been heard from within the grant).
+With a handover (Release, Orderly) a pod's queues are granted for a bounded time: check the grant
+before handing each batch to the application, and stop processing every queue while it is not
+valid (the sidecar is fenced, or has not been heard from within the grant); keep what was fetched
+unprocessed until it is fresh again::
+
+    for batch in fetched_batches():
+        if not client.await_grant(timeout=1.0, min_remaining=expected_batch_seconds):
+            continue                              # hand nothing out; fetch nothing new meanwhile
+        process(batch)
+
+Long-poll with ``timeout=client.grant_poll_timeout(60)`` so an unchanged answer renews the grant
+well before it runs out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -90,6 +100,49 @@ class SidecarClient:
         if self._grant_until is None:
             return None
         return max(0.0, self._grant_until - self._monotonic())
+
+    def await_grant(
+        self,
+        timeout: float,
+        *,
+        min_remaining: float = 0.0,
+        interval: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> bool:
+        """Whether a batch may start now: the grant is valid and lasts at least ``min_remaining``
+        more seconds (a batch must not start when the grant would run out before it ends). While
+        it does not, ask the sidecar again every ``interval`` seconds (:meth:`queues`: the answer
+        may carry a new generation, so look at the last view before processing), for at most
+        ``timeout`` seconds; an unreachable sidecar counts as no grant. False when the grant is
+        still not good enough at the end: hand nothing to the application."""
+        deadline = self._monotonic() + timeout
+        while True:
+            if self._grant_lasts(min_remaining):
+                return True
+            if self._monotonic() >= deadline:
+                return False
+            with contextlib.suppress(SidecarError):  # unreachable: the grant runs out on this clock
+                self.queues()
+            if self._grant_lasts(min_remaining):
+                return True
+            left = deadline - self._monotonic()
+            if left <= 0:
+                return False
+            sleep(min(interval, left))
+
+    def _grant_lasts(self, seconds: float) -> bool:
+        if not self.grant_valid():
+            return False
+        remaining = self.grant_remaining()
+        return remaining is None or remaining > seconds
+
+    def grant_poll_timeout(self, timeout: float) -> float:
+        """The long-poll timeout to use after the last view: ``timeout``, or with a grant a third of
+        what it still lasts (at least a second), so an unchanged answer renews it in time."""
+        remaining = self.grant_remaining()
+        if remaining is None:
+            return timeout
+        return min(timeout, max(1.0, remaining / 3))
 
     def _note_view(self, view: dict[str, Any]) -> dict[str, Any]:
         arrived = self._monotonic()

@@ -38,12 +38,37 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *   <li>orderly: messages of a queue are consumed in offset order, one batch at a time, so it is
  *       one past the last message that succeeded.</li>
  * </ul>
+ *
+ * <p>Holes. A concurrently consumed queue can be dropped while a message below others that
+ * succeeded was never consumed: its consume request was still waiting for a thread (RocketMQ
+ * then skips it), or had passed RocketMQ's own dropped check and stalled before reaching the
+ * listener (refused here). The first message not consumed would then be the offset handed over,
+ * and the new owner would consume every message above it again. So before answering,
+ * {@link #finalOffset} consumes such messages itself, in the calling thread, with the application's
+ * listener: no other call on the queue can start any more, so each is consumed once.
+ *
+ * <p>Grants. With a {@link SidecarWatcher} every call first checks the pod's grant
+ * ({@link SidecarWatcher#grantValid()}): while it is fenced or run out, the call waits without
+ * handing anything to the application, until the grant is fresh again, the queue is dropped or
+ * the tracker is closed.
  */
 final class ConsumeTracker {
     private final Map<MessageQueue, ProcessQueue> table;
     private final OffsetStore offsets;
     private final Consumer<MessageQueue> onIdle;
+    private final SidecarWatcher grant;
+    private final Consumer<List<MessageExt>> prepare;
     private final ConcurrentHashMap<MessageQueue, Gate> gates = new ConcurrentHashMap<>();
+    private final Object idleMonitor = new Object();
+    private volatile boolean closed;
+    private volatile MessageListenerConcurrently concurrentDelegate;
+    /** Calls that waited for the grant before they could start, and hole messages consumed at a handover. */
+    private final java.util.concurrent.atomic.AtomicLong grantWaits = new java.util.concurrent.atomic.AtomicLong();
+    private final java.util.concurrent.atomic.AtomicLong holesConsumed = new java.util.concurrent.atomic.AtomicLong();
+
+    private static final int RUN = 0;
+    private static final int REFUSED = 1;
+    private static final int NO_GRANT = 2;
 
     /** One queue's calls, for the lifetime of one process queue. */
     private static final class Gate {
@@ -59,32 +84,121 @@ final class ConsumeTracker {
      * {@code onIdle}: called with a queue whose last running call just ended.
      */
     ConsumeTracker(Map<MessageQueue, ProcessQueue> table, OffsetStore offsets, Consumer<MessageQueue> onIdle) {
+        this(table, offsets, onIdle, null, msgs -> { });
+    }
+
+    /**
+     * {@code grant}: the sidecar watcher whose grant every call checks first (null: none);
+     * {@code prepare}: what RocketMQ does to messages before its listener sees them
+     * ({@code resetRetryAndNamespace}), for the hole messages consumed here.
+     */
+    ConsumeTracker(Map<MessageQueue, ProcessQueue> table, OffsetStore offsets, Consumer<MessageQueue> onIdle,
+        SidecarWatcher grant, Consumer<List<MessageExt>> prepare) {
         this.table = table;
         this.offsets = offsets;
         this.onIdle = onIdle;
+        this.grant = grant;
+        this.prepare = prepare;
     }
 
     MessageListenerConcurrently wrapConcurrently(MessageListenerConcurrently listener) {
+        concurrentDelegate = listener;
         return new Concurrently(listener);
+    }
+
+    /** From now on no listener call starts (calls waiting for the grant give up); running ones go on. */
+    void close() {
+        closed = true;
+        if (grant != null) {
+            grant.wakeGrantWaiters();
+        }
+    }
+
+    /** Listener calls running now, all queues. */
+    int running() {
+        int n = 0;
+        for (Gate gate : gates.values()) {
+            synchronized (gate) {
+                n += gate.running;
+            }
+        }
+        return n;
+    }
+
+    /** Wait until no listener call runs; false if some still runs after {@code timeout}. */
+    boolean awaitIdle(java.time.Duration timeout) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        synchronized (idleMonitor) {
+            while (running() > 0) {
+                long left = deadline - System.nanoTime();
+                if (left <= 0) {
+                    return false;
+                }
+                idleMonitor.wait(Math.max(1, Math.min(50, left / 1_000_000)));
+            }
+        }
+        return true;
+    }
+
+    /** Calls that had to wait for a fresh grant before they could start. */
+    long grantWaits() {
+        return grantWaits.get();
+    }
+
+    /** Messages below a succeeded one that {@link #finalOffset} consumed itself at a handover. */
+    long holesConsumed() {
+        return holesConsumed.get();
+    }
+
+    /**
+     * Before a call on {@code mq} may start: wait while the grant is not valid; false when the
+     * queue was dropped or the tracker closed meanwhile (the call must not start).
+     */
+    private boolean awaitGrant(MessageQueue mq) {
+        grantWaits.incrementAndGet();
+        return grant.awaitGrant(() -> {
+            ProcessQueue pq = table.get(mq);
+            return closed || pq == null || pq.isDropped();
+        });
     }
 
     MessageListenerOrderly wrapOrderly(MessageListenerOrderly listener) {
         return new Orderly(listener);
     }
 
-    /** Whether a call on {@code mq} may start; if so it counts as running until {@link #exit}. */
+    /**
+     * Whether a call on {@code mq} may start (waiting first while the grant is not valid); if so it
+     * counts as running until {@link #exit}.
+     */
     private boolean enter(MessageQueue mq, List<MessageExt> msgs) {
+        while (true) {
+            int verdict = tryEnter(mq, msgs);
+            if (verdict != NO_GRANT) {
+                return verdict == RUN;
+            }
+            if (!awaitGrant(mq)) {
+                return false;
+            }
+        }
+    }
+
+    private int tryEnter(MessageQueue mq, List<MessageExt> msgs) {
         Gate gate = gates.computeIfAbsent(mq, k -> new Gate());
         synchronized (gate) {
             ProcessQueue pq = table.get(mq);
-            if (pq == null || pq.isDropped()) {
-                return false;
+            if (closed || pq == null || pq.isDropped()) {
+                return REFUSED;
+            }
+            // Checked under the gate, right before the call counts as started: a batch never starts
+            // once the grant has run out.
+            if (grant != null && !grant.grantValid()) {
+                return NO_GRANT;
             }
             gate.running++;
             for (MessageExt m : msgs) {
                 gate.maxDelivered = Math.max(gate.maxDelivered, m.getQueueOffset());
             }
-            return true;
+            return RUN;
         }
     }
 
@@ -107,6 +221,9 @@ final class ConsumeTracker {
             idle = gate.running == 0;
         }
         if (idle) {
+            synchronized (idleMonitor) {
+                idleMonitor.notifyAll();
+            }
             onIdle.accept(mq);
         }
     }
@@ -122,27 +239,79 @@ final class ConsumeTracker {
      */
     long finalOffset(MessageQueue mq, ProcessQueue pq, boolean orderly, long persisted) {
         Gate gate = gates.computeIfAbsent(mq, k -> new Gate());
+        List<MessageExt> holes;
         synchronized (gate) {
             if (gate.running > 0) {
                 return RUNNING;
             }
-            long reached = -1;
             if (orderly) {
-                if (gate.maxSucceeded >= 0) {
-                    reached = gate.maxSucceeded + 1;
-                }
-            } else {
-                // Messages whose result RocketMQ discarded (or has not processed yet) go now; an
-                // empty process queue means RocketMQ processed every message it pulled.
-                long left = pq.removeMessage(new ArrayList<>(gate.succeeded.values()));
-                if (left >= 0) {
-                    reached = left;
-                } else if (gate.maxDelivered >= 0) {
-                    reached = gate.maxDelivered + 1;
-                }
+                return Math.max(gate.maxSucceeded >= 0 ? gate.maxSucceeded + 1 : -1, persisted);
+            }
+            // Messages whose result RocketMQ discarded (or has not processed yet) go now; an
+            // empty process queue means RocketMQ processed every message it pulled.
+            long left = pq.removeMessage(new ArrayList<>(gate.succeeded.values()));
+            holes = left >= 0 && left < gate.maxSucceeded ? below(pq, gate.maxSucceeded) : List.of();
+        }
+        if (!holes.isEmpty()) {
+            consumeHoles(mq, gate, holes);
+        }
+        synchronized (gate) {
+            long left = pq.removeMessage(new ArrayList<>(gate.succeeded.values()));
+            long reached = -1;
+            if (left >= 0) {
+                reached = left;
+            } else if (gate.maxDelivered >= 0 || gate.maxSucceeded >= 0) {
+                reached = Math.max(gate.maxDelivered, gate.maxSucceeded) + 1;
             }
             return Math.max(reached, persisted);
         }
+    }
+
+    /** The messages of {@code pq}'s tree below {@code offset}, in order (a late pull may still add above it). */
+    private static List<MessageExt> below(ProcessQueue pq, long offset) {
+        for (int attempt = 0; ; attempt++) {
+            try {
+                return new ArrayList<>(pq.getMsgTreeMap().headMap(offset, false).values());
+            } catch (java.util.ConcurrentModificationException e) {
+                if (attempt >= 100) {
+                    return List.of();
+                }
+            }
+        }
+    }
+
+    /**
+     * Consume a dropped queue's holes (see the class comment) with the application's listener, in
+     * this thread, if the grant allows; those that succeed count as consumed.
+     */
+    private void consumeHoles(MessageQueue mq, Gate gate, List<MessageExt> holes) {
+        MessageListenerConcurrently delegate = concurrentDelegate;
+        if (delegate == null || closed || (grant != null && !grant.grantValid())) {
+            return; // the new owner consumes them (and, again, what succeeded above them)
+        }
+        List<MessageExt> msgs = new ArrayList<>(holes);
+        prepare.accept(msgs);
+        List<MessageExt> succeeded = List.of();
+        try {
+            ConsumeConcurrentlyContext context = new ConsumeConcurrentlyContext(mq);
+            ConsumeConcurrentlyStatus status = delegate.consumeMessage(java.util.Collections.unmodifiableList(msgs),
+                context);
+            if (status == ConsumeConcurrentlyStatus.CONSUME_SUCCESS) {
+                int done = Math.max(0, Math.min(context.getAckIndex(), msgs.size() - 1) + 1);
+                succeeded = msgs.subList(0, done);
+            }
+        } catch (RuntimeException e) {
+            System.getLogger(ConsumeTracker.class.getName()).log(System.Logger.Level.WARNING,
+                "consuming the messages of dropped queue " + mq + " below its last consumed one failed; the new "
+                    + "owner consumes them, and those above them again", e);
+        }
+        synchronized (gate) {
+            for (MessageExt m : succeeded) {
+                gate.succeeded.put(m.getQueueOffset(), m);
+                gate.maxSucceeded = Math.max(gate.maxSucceeded, m.getQueueOffset());
+            }
+        }
+        holesConsumed.addAndGet(succeeded.size());
     }
 
     /** Forget {@code mq}'s calls: its process queue is handed over, or a new one replaces it. */

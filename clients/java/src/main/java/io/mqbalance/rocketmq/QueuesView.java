@@ -15,17 +15,37 @@ public final class QueuesView {
     private final long generation;
     private final boolean isMember;
     private final Map<String, Set<MessageQueue>> queues;
+    private final boolean fenced;
+    private final java.util.concurrent.ConcurrentHashMap<String, Set<MessageQueue>> namespaced =
+        new java.util.concurrent.ConcurrentHashMap<>();
+    /** {@code grant.validForMs} of the answer, or -1 when it carried no grant (handover Off). */
+    private final long validForMs;
+    /** {@link System#nanoTime()} when the answer was received: the grant counts from here. */
+    private final long receivedNanos;
 
     QueuesView(String group, String member, long generation, boolean isMember, Map<String, Set<MessageQueue>> queues) {
+        this(group, member, generation, isMember, queues, false, -1, System.nanoTime());
+    }
+
+    QueuesView(String group, String member, long generation, boolean isMember, Map<String, Set<MessageQueue>> queues,
+        boolean fenced, long validForMs, long receivedNanos) {
         this.group = group;
         this.member = member;
         this.generation = generation;
         this.isMember = isMember;
         this.queues = Collections.unmodifiableMap(queues);
+        this.fenced = fenced;
+        this.validForMs = validForMs;
+        this.receivedNanos = receivedNanos;
     }
 
-    @SuppressWarnings("unchecked")
     static QueuesView fromJson(Map<String, Object> doc) {
+        return fromJson(doc, System.nanoTime());
+    }
+
+    /** {@code receivedNanos}: when the answer arrived, on {@link System#nanoTime()}. */
+    @SuppressWarnings("unchecked")
+    static QueuesView fromJson(Map<String, Object> doc, long receivedNanos) {
         Map<String, Set<MessageQueue>> byTopic = new LinkedHashMap<>();
         Object rawQueues = doc.get("queues");
         if (!(rawQueues instanceof Map)) {
@@ -48,7 +68,20 @@ public final class QueuesView {
             String.valueOf(doc.get("member")),
             ((Number) generation).longValue(),
             Boolean.TRUE.equals(doc.get("isMember")),
-            byTopic);
+            byTopic,
+            Boolean.TRUE.equals(doc.get("fenced")),
+            validForMs(doc.get("grant")),
+            receivedNanos);
+    }
+
+    private static long validForMs(Object grant) {
+        if (grant instanceof Map) {
+            Object ms = ((Map<?, ?>) grant).get("validForMs");
+            if (ms instanceof Number) {
+                return Math.max(0L, ((Number) ms).longValue());
+            }
+        }
+        return -1;
     }
 
     public String group() {
@@ -67,18 +100,111 @@ public final class QueuesView {
         return isMember;
     }
 
+    /**
+     * True when the sidecar is fenced: no Lease renewal reached the API server within the lease,
+     * so this pod holds no queue (the answer lists none) until it renews.
+     */
+    public boolean fenced() {
+        return fenced;
+    }
+
+    /** Whether the answer carried a time-bounded grant (handover Release or Orderly with a member Lease). */
+    public boolean hasGrant() {
+        return validForMs >= 0;
+    }
+
+    /** {@code grant.validForMs} as answered, or -1 without a grant. */
+    public long validForMs() {
+        return validForMs;
+    }
+
+    /**
+     * Whether this pod may still process the queues of this answer: not fenced, and, with a grant,
+     * {@code validForMs} not yet run out on this JVM's monotonic clock, counted from when the
+     * answer was received.
+     */
+    public boolean grantValid() {
+        return grantValidAt(System.nanoTime());
+    }
+
+    boolean grantValidAt(long nowNanos) {
+        return !fenced && (validForMs < 0 || nowNanos - grantDeadlineNanos() < 0);
+    }
+
+    /** Nanoseconds the grant still lasts (0 when fenced or run out); {@link Long#MAX_VALUE} without a grant. */
+    public long grantRemainingNanos() {
+        if (fenced) {
+            return 0;
+        }
+        if (validForMs < 0) {
+            return Long.MAX_VALUE;
+        }
+        return Math.max(0, grantDeadlineNanos() - System.nanoTime());
+    }
+
+    /** When the grant runs out, on {@link System#nanoTime()}; meaningful with a grant only. */
+    long grantDeadlineNanos() {
+        return receivedNanos + validForMs * 1_000_000L;
+    }
+
+    long receivedNanos() {
+        return receivedNanos;
+    }
+
+    /** Same generation, queues and fence: the grant's term alone may differ. */
+    boolean sameAssignment(QueuesView other) {
+        return other != null && generation == other.generation && fenced == other.fenced
+            && queues.equals(other.queues);
+    }
+
     /** Queues per topic; a topic the group consumes but this pod holds nothing of maps to an empty set. */
     public Map<String, Set<MessageQueue>> queues() {
         return queues;
     }
 
-    /** Whether the sidecar's document covers {@code topic} (the retry topic, for one, it does not). */
+    /**
+     * Whether the sidecar's document covers {@code topic} (the retry topic, for one, it does not).
+     * A consumer with a namespace sees its topics as {@code ns%topic}: those match the document's
+     * {@code topic} too.
+     */
     public boolean knowsTopic(String topic) {
-        return queues.containsKey(topic);
+        return documentTopic(topic) != null;
     }
 
+    /**
+     * This pod's queues of {@code topic}; for {@code ns%topic} (a consumer's namespace) those of the
+     * document's {@code topic}, named {@code ns%topic} as the consumer names them.
+     */
     public Set<MessageQueue> queuesOf(String topic) {
-        return queues.getOrDefault(topic, Collections.emptySet());
+        String documented = documentTopic(topic);
+        if (documented == null) {
+            return Collections.emptySet();
+        }
+        Set<MessageQueue> mine = queues.get(documented);
+        if (documented.equals(topic)) {
+            return mine;
+        }
+        return namespaced.computeIfAbsent(topic, t -> {
+            Set<MessageQueue> renamed = new TreeSet<>();
+            for (MessageQueue mq : mine) {
+                renamed.add(new MessageQueue(t, mq.getBrokerName(), mq.getQueueId()));
+            }
+            return Collections.unmodifiableSet(renamed);
+        });
+    }
+
+    /** The document's name of {@code topic}: itself, or without its namespace ({@code ns%topic}); null if neither. */
+    private String documentTopic(String topic) {
+        if (queues.containsKey(topic)) {
+            return topic;
+        }
+        // RocketMQ's NamespaceUtil: "ns%topic"; system topics (%RETRY%, %DLQ%) start with '%'.
+        int cut = topic.indexOf('%');
+        if (cut <= 0 || cut == topic.length() - 1) {
+            return null;
+        }
+        String plain = topic.substring(cut + 1);
+        return queues.containsKey(plain) ? plain : null;
     }
 
     /** All queues of all topics. */
@@ -91,6 +217,7 @@ public final class QueuesView {
     @Override
     public String toString() {
         return "QueuesView{group=" + group + ", member=" + member + ", generation=" + generation
-            + ", isMember=" + isMember + ", queues=" + queues + "}";
+            + ", isMember=" + isMember + ", queues=" + queues
+            + (fenced ? ", fenced" : "") + (validForMs >= 0 ? ", validForMs=" + validForMs : "") + "}";
     }
 }

@@ -9,11 +9,11 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.MQClientManager;
-import org.apache.rocketmq.client.impl.factory.MQClientInstance;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
@@ -37,6 +37,12 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * polling thread: the offsets of queues this pod loses (the next offset after the last message
  * returned) are stored by the broker, synchronously, before the consumer is reassigned; then the
  * release is acknowledged to the sidecar.
+ *
+ * <p>With a time-bounded grant (handover Release or Orderly), {@code poll} hands out nothing while
+ * the sidecar is fenced or the grant has run out on this JVM's monotonic clock: it waits (at most
+ * its timeout) for a fresh grant and returns an empty list meanwhile. It never waits in RocketMQ's
+ * poll beyond the grant, and messages RocketMQ returned as the grant ran out are given back
+ * ({@code seek} to the first of them) instead of being handed out.
  */
 public final class SidecarLitePullConsumer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(SidecarLitePullConsumer.class.getName());
@@ -49,6 +55,7 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     private SyncOffsetStore offsetStore;
     private long appliedGeneration = -1;
     private boolean pausedAll;
+    private volatile long grantWaits;
 
     public SidecarLitePullConsumer(DefaultLitePullConsumer consumer, SidecarClient sidecar, String sidecarGroup) {
         this.consumer = consumer;
@@ -59,9 +66,12 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     /** Wire the offset store, start the consumer and the sidecar watcher. */
     public SidecarLitePullConsumer start() throws MQClientException {
         if (consumer.getOffsetStore() == null) {
-            consumer.changeInstanceNameToPID();
-            MQClientInstance instance = MQClientManager.getInstance().getOrCreateMQClientInstance(consumer);
-            offsetStore = new SyncOffsetStore(new RemoteBrokerOffsetStore(instance, consumer.getConsumerGroup()), mq -> { });
+            // Built when consumer.start() loads it: on the client instance start() made (with the
+            // consumer's RPCHook and its settings as they are then), for the group as start()
+            // wrapped it with the namespace. The same ClientConfig gives the same client id.
+            offsetStore = new SyncOffsetStore(() -> new RemoteBrokerOffsetStore(
+                MQClientManager.getInstance().getOrCreateMQClientInstance(consumer), consumer.getConsumerGroup()),
+                mq -> { });
             consumer.setOffsetStore(offsetStore);
         } else if (consumer.getOffsetStore() instanceof SyncOffsetStore) {
             offsetStore = (SyncOffsetStore) consumer.getOffsetStore();
@@ -89,14 +99,29 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         return appliedGeneration;
     }
 
-    /** Apply a new generation if there is one, then poll. */
+    /** Apply a new generation if there is one, then poll (nothing while the grant is not valid). */
     public List<MessageExt> poll(long timeoutMillis) throws MQClientException {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMillis);
         apply();
+        if (!watcher.grantValid()) {
+            grantWaits++;
+            watcher.awaitGrant(() -> System.nanoTime() - deadline >= 0);
+            return Collections.emptyList(); // the next poll applies what the fresh answer says first
+        }
         if (assigned.isEmpty() || pausedAll) {
             sleepQuietly(Math.min(timeoutMillis, 100));
             return Collections.emptyList();
         }
-        List<MessageExt> messages = consumer.poll(timeoutMillis);
+        QueuesView view = watcher.current();
+        long wait = timeoutMillis;
+        if (view != null && view.hasGrant()) {
+            wait = Math.min(wait, TimeUnit.NANOSECONDS.toMillis(view.grantRemainingNanos()));
+        }
+        List<MessageExt> messages = wait > 0 ? consumer.poll(wait) : Collections.emptyList();
+        if (!messages.isEmpty() && !watcher.grantValid()) {
+            giveBack(messages); // the grant ran out while RocketMQ's poll returned: hand nothing out
+            return Collections.emptyList();
+        }
         List<MessageExt> kept = new ArrayList<>(messages.size());
         for (MessageExt m : messages) {
             MessageQueue mq = new MessageQueue(m.getTopic(), m.getBrokerName(), m.getQueueId());
@@ -107,6 +132,37 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
             kept.add(m);
         }
         return kept;
+    }
+
+    /** Polls that handed out nothing because the grant was not valid. */
+    public long grantWaits() {
+        return grantWaits;
+    }
+
+    /**
+     * RocketMQ's poll counted {@code messages} as consumed (its next auto-commit would store past
+     * them): seek each queue back to the first of them, so they are fetched again.
+     */
+    private void giveBack(List<MessageExt> messages) {
+        Map<MessageQueue, Long> first = new HashMap<>();
+        for (MessageExt m : messages) {
+            first.merge(new MessageQueue(m.getTopic(), m.getBrokerName(), m.getQueueId()), m.getQueueOffset(),
+                Math::min);
+        }
+        for (Map.Entry<MessageQueue, Long> e : first.entrySet()) {
+            if (!assigned.contains(e.getKey())) {
+                continue;
+            }
+            try {
+                consumer.seek(e.getKey(), e.getValue());
+                if (offsetStore != null) {
+                    offsetStore.updateOffset(e.getKey(), e.getValue(), false);
+                }
+            } catch (MQClientException ex) {
+                LOG.log(Level.WARNING, "could not give back " + e.getKey() + " from offset " + e.getValue()
+                    + " after the grant ran out: " + ex.getMessage());
+            }
+        }
     }
 
     /** Commit what was consumed (synchronously), stop, and release everything. */
@@ -182,8 +238,9 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
                 continue;
             }
             if (offsetStore != null) {
+                // Exactly what was handed out, and never backwards on the broker.
                 offsetStore.updateOffset(mq, next, true);
-                ok &= offsetStore.persistSync(mq);
+                ok &= offsetStore.commitForward(mq, next);
             } else {
                 consumer.commitSync(Collections.singletonMap(mq, next), true);
             }

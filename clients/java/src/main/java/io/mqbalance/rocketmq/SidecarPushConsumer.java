@@ -105,13 +105,15 @@ public final class SidecarPushConsumer implements AutoCloseable {
         SidecarPushConsumer support = new SidecarPushConsumer(consumer, watcher);
         consumer.setAllocateMessageQueueStrategy(support.strategy);
         if (isClustering(consumer) && consumer.getOffsetStore() == null) {
-            // The client instance start() will use: same ClientConfig, so the same client id.
-            consumer.changeInstanceNameToPID();
-            MQClientInstance instance = MQClientManager.getInstance().getOrCreateMQClientInstance(consumer);
-            RemoteBrokerOffsetStore remote = new RemoteBrokerOffsetStore(instance, consumer.getConsumerGroup());
+            // Built when start() loads it, on the client instance start() made: with the consumer's
+            // RPCHook (an AclClientRPCHook signs every request), the settings as they are at
+            // start(), and the group wrapped with the consumer's namespace. A client instance made
+            // here, before start(), would be reused by start() without the hook and with the
+            // settings cloned now.
             // Checked on the handover thread: removeOffset runs inside RocketMQ's rebalance, which
             // must not wait on an HTTP request to the sidecar.
-            support.store = new SyncOffsetStore(remote, mq -> support.checkSettledLater());
+            support.store = new SyncOffsetStore(() -> new RemoteBrokerOffsetStore(clientInstance(consumer),
+                consumer.getConsumerGroup()), mq -> support.checkSettledLater());
             consumer.setOffsetStore(support.store);
             support.track();
         }
@@ -134,7 +136,8 @@ public final class SidecarPushConsumer implements AutoCloseable {
             if (settling.containsKey(mq)) {
                 checkSettledLater();
             }
-        });
+        }, watcher, msgs -> consumer.getDefaultMQPushConsumerImpl().resetRetryAndNamespace(msgs,
+            consumer.getConsumerGroup()));
         if (listener instanceof MessageListenerConcurrently) {
             consumer.registerMessageListener(t.wrapConcurrently((MessageListenerConcurrently) listener));
         } else if (listener instanceof MessageListenerOrderly) {
@@ -146,6 +149,13 @@ public final class SidecarPushConsumer implements AutoCloseable {
             return;
         }
         tracker = t;
+    }
+
+    /** The client instance the started consumer uses. */
+    private static MQClientInstance clientInstance(DefaultMQPushConsumer consumer) {
+        MQClientInstance instance = consumer.getDefaultMQPushConsumerImpl().getmQClientFactory();
+        // Only before start(): the same ClientConfig gives the same client id, so start() finds it.
+        return instance != null ? instance : MQClientManager.getInstance().getOrCreateMQClientInstance(consumer);
     }
 
     // Not naming MessageModel keeps the source compiling against 4.x clients too (the class moved
@@ -237,7 +247,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
             if (offset == ConsumeTracker.RUNNING) {
                 continue; // a listener call on it still runs; it calls back when done
             }
-            if (offset >= 0 && !store.commit(mq, offset)) {
+            if (offset >= 0 && !store.commitForward(mq, offset)) {
                 continue; // the broker did not answer: again on the next round
             }
             if (orderly) {
@@ -338,7 +348,9 @@ public final class SidecarPushConsumer implements AutoCloseable {
      * pod holds nothing any more (its queues go to their new owners without waiting). Use it
      * instead of {@code consumer.shutdown()}: RocketMQ's own shutdown stores the offsets one-way
      * while listener calls may still be running, so their messages would be consumed twice.
-     * Calling it again does nothing.
+     * When {@code timeout} passes with queues not handed over, the release waits (at most
+     * {@code timeout} again) until no listener call runs, and is not sent if one still does
+     * ({@link #close(Duration)}). Calling it again does nothing.
      */
     public void shutdown(Duration timeout) {
         if (!shutDown.compareAndSet(false, true)) {
@@ -369,17 +381,45 @@ public final class SidecarPushConsumer implements AutoCloseable {
             }
         }
         consumer.shutdown();
-        close();
+        close(timeout);
     }
 
     /**
      * Tells the operator this pod holds nothing any more, so its queues go to their new owners
      * without waiting, and stops following the sidecar. {@link #shutdown()} calls it; call it
      * yourself only after {@code consumer.shutdown()} if you shut the consumer down on your own.
+     *
+     * <p>RocketMQ's {@code consumer.shutdown()} does not wait for the listener calls under way
+     * ({@code awaitTerminationMillisWhenShutdown} is 0 by default in 4.9.x and 5.x): no new call
+     * starts after this, and the release is sent only once every running call has returned, waiting
+     * at most {@link #DEFAULT_SHUTDOWN_TIMEOUT}. A call still running then means no release at all
+     * (logged): the operator waits for the release timeout or the lease, rather than giving the
+     * queue to a new owner while this pod still consumes it.
      */
     @Override
     public void close() {
+        close(DEFAULT_SHUTDOWN_TIMEOUT);
+    }
+
+    /** {@link #close()}, waiting at most {@code timeout} for the listener calls under way. */
+    public void close(Duration timeout) {
         timer.shutdownNow();
+        boolean idle = true;
+        if (tracker != null) {
+            tracker.close();
+            try {
+                idle = tracker.awaitIdle(timeout);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                idle = tracker.running() == 0;
+            }
+        }
+        if (!idle) {
+            LOG.log(Level.WARNING, "close: {0} listener call(s) still running after {1}: not releasing; the "
+                + "operator hands the queues on after its release timeout", tracker.running(), timeout);
+            watcher.close();
+            return;
+        }
         QueuesView view = watcher.current();
         try {
             // The newest generation the sidecar serves: the operator may have revoked this pod's
@@ -392,5 +432,20 @@ public final class SidecarPushConsumer implements AutoCloseable {
             handover.releaseAll(view.group(), view.generation());
         }
         watcher.close();
+    }
+
+    /** Listener calls that had to wait for a fresh grant before they could start (0 without a tracked listener). */
+    public long grantWaits() {
+        return tracker == null ? 0 : tracker.grantWaits();
+    }
+
+    /** Listener calls running now (0 without a tracked listener). */
+    public int runningCalls() {
+        return tracker == null ? 0 : tracker.running();
+    }
+
+    /** Messages below a consumed one that a handover consumed itself, so it could hand over past them. */
+    public long holesConsumed() {
+        return tracker == null ? 0 : tracker.holesConsumed();
     }
 }

@@ -12,6 +12,11 @@ import java.util.function.Consumer;
  * <p>When the sidecar cannot be reached the last answer stays current (consumers keep their
  * queues rather than dropping them), the failure is logged once per outage, and the watcher
  * retries with a backoff of 0.2 s doubling to 5 s.
+ *
+ * <p>With a time-bounded grant (docs/sidecar.md: {@code fenced}, {@code grant.validForMs}) the
+ * long-poll is renewed well within the grant, so a sidecar that renews its Lease keeps the grant
+ * fresh here; {@link #grantValid()} and {@link #awaitGrant} tell the consumers whether they may
+ * hand a batch to the application.
  */
 public final class SidecarWatcher implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(SidecarWatcher.class.getName());
@@ -24,6 +29,9 @@ public final class SidecarWatcher implements AutoCloseable {
     private volatile QueuesView current;
     private volatile boolean closed;
     private volatile SidecarException lastError;
+    private final Object grantMonitor = new Object();
+    private final Object refreshLock = new Object();
+    private volatile long refreshedAt;
 
     /** {@code group} may be null when the sidecar serves one group only. */
     public SidecarWatcher(SidecarClient client, String group) {
@@ -47,6 +55,65 @@ public final class SidecarWatcher implements AutoCloseable {
     public SidecarWatcher start() {
         thread.start();
         return this;
+    }
+
+    /**
+     * Whether the latest answer lets this pod process its queues now: there is one, it is not
+     * fenced, and its grant (if any) has not run out ({@link QueuesView#grantValid()}).
+     */
+    public boolean grantValid() {
+        QueuesView view = current;
+        return view != null && view.grantValid();
+    }
+
+    /**
+     * Wait until {@link #grantValid()}, asking the sidecar again (at most every 100 ms) while the
+     * grant has run out; false when {@code giveUp} turns true first or the thread is interrupted.
+     */
+    public boolean awaitGrant(java.util.function.BooleanSupplier giveUp) {
+        while (true) {
+            if (grantValid()) {
+                return true;
+            }
+            if (giveUp.getAsBoolean() || closed) {
+                return false;
+            }
+            refreshIfStale();
+            synchronized (grantMonitor) {
+                if (grantValid()) {
+                    return true;
+                }
+                try {
+                    grantMonitor.wait(50);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /** Wake the threads in {@link #awaitGrant} (to look at their {@code giveUp} again). */
+    public void wakeGrantWaiters() {
+        synchronized (grantMonitor) {
+            grantMonitor.notifyAll();
+        }
+    }
+
+    /** Ask the sidecar now, unless another thread did within the last 100 ms. */
+    private void refreshIfStale() {
+        synchronized (refreshLock) {
+            long now = System.nanoTime();
+            if (refreshedAt != 0 && now - refreshedAt < 100_000_000L) {
+                return;
+            }
+            refreshedAt = now;
+            try {
+                accept(client.queues(group));
+            } catch (SidecarException e) {
+                lastError = e;
+            }
+        }
     }
 
     /** The latest answer, or null while the sidecar has never answered. */
@@ -93,7 +160,7 @@ public final class SidecarWatcher implements AutoCloseable {
                 QueuesView view = current;
                 QueuesView next = view == null
                     ? client.waitForChange(group, -1, pollTimeout)
-                    : client.waitForChange(group, view.generation(), pollTimeout);
+                    : client.waitForChange(group, view.generation(), pollTimeoutFor(view));
                 lastError = null;
                 if (failing) {
                     LOG.log(Level.INFO, "sidecar {0} answers again (generation {1})", client.baseUri(), next.generation());
@@ -128,12 +195,31 @@ public final class SidecarWatcher implements AutoCloseable {
         }
     }
 
-    private synchronized void accept(QueuesView next) {
+    /**
+     * The long-poll's timeout after {@code view}: with a grant, a third of its term (at least 1 s,
+     * the long-poll's unit), so an unchanged answer renews the grant here well before it runs out.
+     */
+    private Duration pollTimeoutFor(QueuesView view) {
+        if (!view.hasGrant() || view.fenced()) {
+            return view.fenced() ? Duration.ofSeconds(1) : pollTimeout;
+        }
+        Duration third = Duration.ofMillis(view.validForMs() / 3);
+        Duration atLeast = third.compareTo(Duration.ofSeconds(1)) < 0 ? Duration.ofSeconds(1) : third;
+        return atLeast.compareTo(pollTimeout) < 0 ? atLeast : pollTimeout;
+    }
+
+    synchronized void accept(QueuesView next) {
         QueuesView view = current;
-        if (view != null && view.generation() == next.generation() && view.queues().equals(next.queues())) {
+        if (view != null && next.receivedNanos() - view.receivedNanos() < 0) {
+            return; // an older answer than the one kept (a refresh raced the long-poll)
+        }
+        current = next; // the newest grant, even when the assignment is unchanged
+        synchronized (grantMonitor) {
+            grantMonitor.notifyAll();
+        }
+        if (next.sameAssignment(view)) {
             return;
         }
-        current = next;
         for (Consumer<QueuesView> listener : listeners) {
             try {
                 listener.accept(next);
@@ -147,5 +233,6 @@ public final class SidecarWatcher implements AutoCloseable {
     public void close() {
         closed = true;
         thread.interrupt();
+        wakeGrantWaiters();
     }
 }

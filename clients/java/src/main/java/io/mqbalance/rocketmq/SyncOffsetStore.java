@@ -5,6 +5,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
 import org.apache.rocketmq.client.consumer.store.OffsetStore;
 import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
 import org.apache.rocketmq.client.exception.MQBrokerException;
@@ -26,18 +27,44 @@ import org.apache.rocketmq.remoting.exception.RemotingException;
 public final class SyncOffsetStore implements OffsetStore {
     private static final System.Logger LOG = System.getLogger(SyncOffsetStore.class.getName());
 
-    private final OffsetStore delegate;
+    private final Supplier<OffsetStore> factory;
+    private volatile OffsetStore delegate;
     private final Consumer<MessageQueue> onReleased;
     private final Map<MessageQueue, Long> persisted = new ConcurrentHashMap<>();
 
     public SyncOffsetStore(OffsetStore delegate, Consumer<MessageQueue> onReleased) {
+        this.factory = () -> delegate;
         this.delegate = delegate;
         this.onReleased = onReleased;
     }
 
+    /**
+     * The store {@code factory} makes when it is first used: RocketMQ's consumer calls
+     * {@link #load()} in its {@code start()}, once it has made its client instance (with the
+     * consumer's RPCHook and its settings as they are then) and wrapped the group with its namespace.
+     */
+    public SyncOffsetStore(Supplier<OffsetStore> factory, Consumer<MessageQueue> onReleased) {
+        this.factory = factory;
+        this.onReleased = onReleased;
+    }
+
+    private OffsetStore delegate() {
+        OffsetStore d = delegate;
+        if (d == null) {
+            synchronized (this) {
+                d = delegate;
+                if (d == null) {
+                    d = factory.get();
+                    delegate = d;
+                }
+            }
+        }
+        return d;
+    }
+
     /** Write {@code mq}'s offset now and wait for the broker; false (logged) when that failed. */
     public boolean persistSync(MessageQueue mq) {
-        long offset = delegate.readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
+        long offset = delegate().readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
         if (offset < 0) {
             return true; // nothing consumed: nothing to write
         }
@@ -48,7 +75,7 @@ public final class SyncOffsetStore implements OffsetStore {
     /** Store {@code offset} as {@code mq}'s consumed offset and wait for the broker; false (logged) on failure. */
     public boolean commit(MessageQueue mq, long offset) {
         try {
-            delegate.updateConsumeOffsetToBroker(mq, offset, false);
+            delegate().updateConsumeOffsetToBroker(mq, offset, false);
             return true;
         } catch (RemotingException | MQBrokerException | MQClientException e) {
             LOG.log(Level.WARNING, "offset " + offset + " of " + mq + " not stored by the broker: " + e);
@@ -56,6 +83,75 @@ public final class SyncOffsetStore implements OffsetStore {
             Thread.currentThread().interrupt();
         }
         return false;
+    }
+
+    /** How many times {@link #commitForward} reads the broker's offset back and writes again. */
+    static final int FORWARD_ATTEMPTS = 5;
+
+    /**
+     * Store {@code offset} as {@code mq}'s consumed offset unless the broker already has it or a
+     * later one, read it back, and write again while a request sent earlier (a one-way persist,
+     * a pull's commit) has overwritten it with an older one: the broker's
+     * {@code ConsumerOffsetManager.commitOffset} replaces the stored offset without comparing.
+     * Never moves the broker's offset backwards. True once the broker holds {@code offset} or
+     * more, read back twice, the second time after a short pause; false (logged) when it could
+     * not be read or written.
+     */
+    public boolean commitForward(MessageQueue mq, long offset) {
+        boolean confirmedOnce = false;
+        for (int attempt = 0; attempt < FORWARD_ATTEMPTS; attempt++) {
+            long onBroker = brokerOffset(mq);
+            if (onBroker == BROKER_UNREADABLE) {
+                return false;
+            }
+            if (onBroker >= offset) {
+                if (confirmedOnce) {
+                    return true;
+                }
+                confirmedOnce = true;
+                // A request already on its way may land a moment later: look once more.
+                try {
+                    Thread.sleep(50L);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+                continue;
+            }
+            if (confirmedOnce || attempt > 0) {
+                LOG.log(Level.INFO, "offset of " + mq + " went back to " + onBroker + " on the broker after "
+                    + offset + " was stored (an earlier request landed later): storing " + offset + " again");
+            }
+            confirmedOnce = false;
+            if (!commit(mq, offset)) {
+                return false;
+            }
+        }
+        LOG.log(Level.WARNING, "offset " + offset + " of " + mq + " not confirmed on the broker after "
+            + FORWARD_ATTEMPTS + " attempts");
+        return false;
+    }
+
+    /** {@link #brokerOffset}: the broker could not be asked. */
+    static final long BROKER_UNREADABLE = Long.MIN_VALUE;
+
+    /**
+     * The offset the broker stores for {@code mq} (-1: none), or {@link #BROKER_UNREADABLE}. The
+     * store's memory is left as it was (RocketMQ's READ_FROM_STORE also writes it).
+     */
+    long brokerOffset(MessageQueue mq) {
+        long inMemory = delegate().readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
+        long onBroker = delegate().readOffset(mq, ReadOffsetType.READ_FROM_STORE);
+        if (inMemory >= 0) {
+            delegate().updateOffset(mq, inMemory, false);
+        } else {
+            delegate().removeOffset(mq);
+        }
+        if (onBroker < -1) {
+            LOG.log(Level.WARNING, "offset of " + mq + " could not be read from the broker");
+            return BROKER_UNREADABLE;
+        }
+        return onBroker;
     }
 
     /** The offset {@link #persist} last stored for {@code mq} (RocketMQ persists a queue it drops), or -1. */
@@ -70,56 +166,56 @@ public final class SyncOffsetStore implements OffsetStore {
 
     @Override
     public void load() throws MQClientException {
-        delegate.load();
+        delegate().load();
     }
 
     @Override
     public void updateOffset(MessageQueue mq, long offset, boolean increaseOnly) {
-        delegate.updateOffset(mq, offset, increaseOnly);
+        delegate().updateOffset(mq, offset, increaseOnly);
     }
 
     // 5.x only. No @Override and a reflective call: the source also compiles against 4.x, whose
     // interface lacks it (and whose clients never call it).
     public void updateAndFreezeOffset(MessageQueue mq, long offset) {
         try {
-            delegate.getClass().getMethod("updateAndFreezeOffset", MessageQueue.class, long.class)
-                .invoke(delegate, mq, offset);
+            delegate().getClass().getMethod("updateAndFreezeOffset", MessageQueue.class, long.class)
+                .invoke(delegate(), mq, offset);
         } catch (ReflectiveOperationException e) {
-            delegate.updateOffset(mq, offset, false);
+            delegate().updateOffset(mq, offset, false);
         }
     }
 
     @Override
     public long readOffset(MessageQueue mq, ReadOffsetType type) {
-        return delegate.readOffset(mq, type);
+        return delegate().readOffset(mq, type);
     }
 
     @Override
     public void persistAll(Set<MessageQueue> mqs) {
-        delegate.persistAll(mqs);
+        delegate().persistAll(mqs);
     }
 
     @Override
     public void persist(MessageQueue mq) {
         if (!persistSync(mq)) {
-            delegate.persist(mq); // RocketMQ's own one-way attempt, as a last resort
+            delegate().persist(mq); // RocketMQ's own one-way attempt, as a last resort
         }
     }
 
     @Override
     public void removeOffset(MessageQueue mq) {
-        delegate.removeOffset(mq);
+        delegate().removeOffset(mq);
         onReleased.accept(mq);
     }
 
     @Override
     public Map<MessageQueue, Long> cloneOffsetTable(String topic) {
-        return delegate.cloneOffsetTable(topic);
+        return delegate().cloneOffsetTable(topic);
     }
 
     @Override
     public void updateConsumeOffsetToBroker(MessageQueue mq, long offset, boolean isOneway)
         throws RemotingException, MQBrokerException, InterruptedException, MQClientException {
-        delegate.updateConsumeOffsetToBroker(mq, offset, isOneway);
+        delegate().updateConsumeOffsetToBroker(mq, offset, isOneway);
     }
 }

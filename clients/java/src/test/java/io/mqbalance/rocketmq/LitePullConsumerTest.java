@@ -16,9 +16,11 @@ import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** Two assign-mode lite pull consumers hand queues over at the committed offset: nothing lost, nothing twice. */
+@Tag("harness")
 class LitePullConsumerTest {
     private static final List<MessageQueue> A = List.of(
         q(PULL_TOPIC, "broker-a", 0), q(PULL_TOPIC, "broker-a", 1), q(PULL_TOPIC, "broker-a", 2),

@@ -28,9 +28,11 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** The producer helper sends where the sidecar selects and reports back, against real brokers. */
+@Tag("harness")
 class ProducerTest {
     private static DefaultMQProducer producer;
     private static SidecarProducer sidecarProducer;

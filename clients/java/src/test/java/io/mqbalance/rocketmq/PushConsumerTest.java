@@ -20,9 +20,11 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** An unchanged DefaultMQPushConsumer with the sidecar's strategy, against a real NameServer and brokers. */
+@Tag("harness")
 class PushConsumerTest {
     private static final List<MessageQueue> ALL = List.of(
         q(PUSH_TOPIC, "broker-a", 0), q(PUSH_TOPIC, "broker-a", 1), q(PUSH_TOPIC, "broker-a", 2),

@@ -22,6 +22,7 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -31,6 +32,7 @@ import org.junit.jupiter.api.Test;
  * Every offset must be consumed exactly once, and the old owner must consume nothing of the queue
  * after it acknowledged the release.
  */
+@Tag("harness")
 class PushHandoverTest {
     private static final int MESSAGES = 300;
 

@@ -34,6 +34,12 @@ final class TestEnv {
     static final String HANDOVER_GROUP = "it-handover-group";
     static final String ORDERLY_TOPIC = "it-handover-orderly";
     static final String ORDERLY_GROUP = "it-handover-orderly-group";
+    /** Topics of the tests that answer as the sidecar themselves ({@link FakeSidecar}). */
+    static final String GRANT_TOPIC = "it-grant";
+    static final String GRANT_PULL_TOPIC = "it-grant-pull";
+    static final String CLOSE_TOPIC = "it-close";
+    static final String HOLES_TOPIC = "it-holes";
+    static final String OFFSET_TOPIC = "it-offset";
     static final int QUEUES = 4;
 
     private static TestEnv instance;
@@ -54,6 +60,9 @@ final class TestEnv {
             "--topic", PUSH_TOPIC + ":" + QUEUES, "--topic", PULL_TOPIC + ":" + QUEUES,
             "--topic", PRODUCE_TOPIC + ":" + QUEUES, "--topic", HANDOVER_TOPIC + ":" + QUEUES,
             "--topic", ORDERLY_TOPIC + ":" + QUEUES, "--route-only-topic", GHOST_TOPIC + ":2",
+            "--topic", GRANT_TOPIC + ":" + QUEUES, "--topic", GRANT_PULL_TOPIC + ":" + QUEUES,
+            "--topic", CLOSE_TOPIC + ":" + QUEUES, "--topic", HOLES_TOPIC + ":" + QUEUES,
+            "--topic", OFFSET_TOPIC + ":" + QUEUES,
             "--group", PUSH_GROUP, "--group", PULL_GROUP, "--group", HANDOVER_GROUP, "--group", ORDERLY_GROUP,
             "--pods", "p0,p1"));
         ProcessBuilder builder = new ProcessBuilder(argv).directory(repo.toFile())
@@ -177,6 +186,11 @@ final class TestEnv {
         }
     }
 
+    /** {@link #await}, for the tests that need no environment. */
+    static void awaitLocal(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
+        await(what, timeout, condition, () -> "");
+    }
+
     static void await(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
         await(what, timeout, condition, () -> "");
     }
@@ -188,7 +202,8 @@ final class TestEnv {
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
                 throw new AssertionError("timed out after " + timeout.getSeconds() + " s waiting for " + what
-                    + "; " + state.get() + "; logs: " + instance.logs + " and " + instance.rocketmqLogs);
+                    + "; " + state.get()
+                    + (instance == null ? "" : "; logs: " + instance.logs + " and " + instance.rocketmqLogs));
             }
             Thread.sleep(50);
         }
