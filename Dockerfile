@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# One image with both entry points: `mqbalance operator` and `mqbalance sidecar`.
+# One image with every entry point: `mqbalance operator`, `mqbalance sidecar` and `mqbalance injector`.
 # Build:  docker build -t mqbalance/mqbalance:0.1.0 .
-# The operator's and the sidecar's dependencies (mqbalance[operator,sidecar]); the Spark replay
+# The dependencies of the operator, the sidecar and the injector (mqbalance[operator,sidecar,injector]); the replay
 # (mqbalance[replay]) is not included: it runs where Spark runs.
 
 # Pinned to an exact Python release on an exact Debian release: rebuilds are repeatable.
@@ -16,14 +16,15 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mqbalance/ mqbalance/
 RUN python3 -m venv /opt/mqbalance \
- && /opt/mqbalance/bin/pip install --no-compile '.[operator,sidecar]' \
+ && /opt/mqbalance/bin/pip install --no-compile '.[operator,sidecar,injector]' \
  && /opt/mqbalance/bin/python -m compileall -q /opt/mqbalance/lib
 
 # --- runtime stage: the virtual environment only, no compilers, no sources -----------------
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="mqbalance" \
       org.opencontainers.image.description="RocketMQ-style consumer group load balancing under Kubernetes control" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
 ENV PATH=/opt/mqbalance/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -19,12 +19,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mqbalance.sidecar.drain",
         "wait until this pod's sidecar has nothing left to hand over (preStop)",
     ),
+    "injector": (
+        "mqbalance.injector.main",
+        "run the admission webhook that adds the sidecar to pods that ask for it",
+    ),
     "replay": ("mqbalance.pipeline.main", "replay rebalance history through every strategy (PySpark)"),
 }
 
 # sub-command -> the extra that installs its dependencies (pyproject.toml); the others need
 # the standard library only.
-EXTRAS: dict[str, str] = {"operator": "operator", "sidecar": "sidecar", "replay": "replay"}
+EXTRAS: dict[str, str] = {
+    "operator": "operator",
+    "sidecar": "sidecar",
+    "injector": "injector",
+    "replay": "replay",
+}
 
 
 def usage() -> str:

@@ -134,9 +134,12 @@ Deployment's containers:
     {{- include "mqbalance.sidecar.container" (dict "root" $ "group" "orders-consumer") | nindent 4 }}
 
 and sets `serviceAccountName: {{ include "mqbalance.sidecar.serviceAccountName" $ }}` plus the label
-mqbalance.io/sidecar: "true" (scraped by the optional PodMonitor) on the pod template.
+mqbalance.io/sidecar: "true" (scraped by the optional PodMonitor) on the pod template, and a
+terminationGracePeriodSeconds above sidecar.drainTimeoutSeconds (15 s more).
 "group" is the ConsumerGroup resource name (comma-separate several); "zone" optionally names the
 pod's zone for the producer's machine-room selector.
+The one source of this container is mqbalance/injector/spec.py (sidecar_container), which the
+injection webhook uses; tests/unit/test_injector_spec.py checks that this renders the same.
 */}}
 {{- define "mqbalance.sidecar.container" -}}
 {{- $root := .root }}
@@ -180,12 +183,18 @@ pod's zone for the producer's machine-room selector.
     - name: mqb-metrics
       containerPort: {{ $sidecar.metricsPort }}
       protocol: TCP
-  # Liveness only: gating the pod's readiness on the sidecar would deadlock, since a pod
-  # gets queues only once it is Ready.
+  # Alive and Ready as soon as the metrics port answers: a sidecar that crashes at start then never
+  # lets its pod turn Ready between restarts. Never on /readyz (an assignment): a pod gets queues
+  # only once it is Ready.
   livenessProbe:
     httpGet:
       path: /metrics
       port: mqb-metrics
+  readinessProbe:
+    httpGet:
+      path: /metrics
+      port: mqb-metrics
+    periodSeconds: 2
   # A terminating pod keeps its sidecar until its application has released its queues and the
   # operator has handed them over (spec.handover); returns at once when the group has no handover.
   lifecycle:

@@ -1,0 +1,156 @@
+"""helm install with the sidecar injector into the local control plane: the injector's RBAC is its
+certificate Secret and its webhook configuration only, the injector run here with its ServiceAccount's
+token fills the chart's Secret and writes the caBundle, ``helm upgrade`` keeps both, and the sidecar
+token Secret authenticates as the sidecar ServiceAccount (what an injected sidecar mounts)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cluster import LocalCluster, free_port
+from harness.polling import wait_for
+from harness.processes import ManagedProcess, mqbalance_argv
+from mqbalance.contract import configmap_name
+from tests.integration.deploy.deploy_support import (
+    CHART,
+    assert_no_denials,
+    can_i,
+    run_helm,
+    service_account_kubeconfig,
+)
+
+GROUP = "orders-consumer"
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+@pytest.fixture
+def release(cluster: LocalCluster, helm: Path, namespace: str) -> Iterator[str]:
+    name = f"mqb-{uuid.uuid4().hex[:6]}"
+    run_helm(
+        helm, "install", name, str(CHART),
+        "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+        "--set", "injector.enabled=true",
+        "--set", f"operator.watchNamespaces={{{namespace}}}",
+        "--set", f"sidecar.groups={{{GROUP}}}",
+        "--wait=false",
+    )  # fmt: skip
+    try:
+        yield name
+    finally:
+        # The webhook configuration and the ClusterRole outlive the namespace: uninstall removes them.
+        run_helm(helm, "uninstall", name, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace)
+
+
+def test_the_injector_may_touch_its_secret_and_its_webhook_configuration_only(
+    cluster: LocalCluster, release: str, namespace: str
+) -> None:
+    sa = f"system:serviceaccount:{namespace}:{release}-mqbalance-injector"
+    own_secret = f"secrets/{release}-mqbalance-injector-tls"
+    own_config = f"mutatingwebhookconfigurations.admissionregistration.k8s.io/{release}-mqbalance-injector"
+    for verb in ("get", "update"):
+        assert can_i(cluster, sa, verb, own_secret, namespace), f"injector cannot {verb} {own_secret}"
+    for verb in ("get", "patch"):
+        assert can_i(cluster, sa, verb, own_config, None), f"injector cannot {verb} its webhook configuration"
+    forbidden = [
+        ("get", f"secrets/{release}-mqbalance-sidecar-token", namespace),
+        ("list", "secrets", namespace),
+        ("delete", own_secret, namespace),
+        ("get", "pods", namespace),
+        ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", None),
+        ("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        ("get", "secrets", "kube-system"),
+    ]
+    for verb, resource, ns in forbidden:
+        assert not can_i(cluster, sa, verb, resource, ns), f"injector may {verb} {resource} in {ns}"
+
+
+def _get(cluster: LocalCluster, path: str) -> dict[str, Any]:
+    status, body = cluster.request("GET", path)
+    assert status == 200, body
+    return dict(body)
+
+
+def test_the_injector_fills_the_charts_secret_and_ca_bundle_and_upgrades_keep_them(
+    cluster: LocalCluster, helm: Path, release: str, namespace: str, tmp_path: Path
+) -> None:
+    account = f"{release}-mqbalance-injector"
+    secret_path = f"/api/v1/namespaces/{namespace}/secrets/{release}-mqbalance-injector-tls"
+    config_path = f"{WEBHOOKS}/{release}-mqbalance-injector"
+    assert not _get(cluster, secret_path).get("data")  # created empty by the chart
+    kubeconfig = service_account_kubeconfig(cluster, namespace, account, tmp_path / "injector.kubeconfig")
+    injector = ManagedProcess(
+        "injector",
+        mqbalance_argv(
+            "injector",
+            f"--kubeconfig={kubeconfig}",
+            f"--namespace={namespace}",
+            f"--secret={release}-mqbalance-injector-tls",
+            f"--webhook-config={release}-mqbalance-injector",
+            f"--hosts={release}-mqbalance-injector.{namespace}.svc",
+            "--host=127.0.0.1",
+            f"--port={free_port()}",
+        ),
+        {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"},
+        tmp_path / "injector.log",
+    )
+    injector.spawn()
+    try:
+
+        def published() -> bytes | None:
+            injector.check()
+            data = _get(cluster, secret_path).get("data") or {}
+            hook = _get(cluster, config_path)["webhooks"][0]
+            bundle = hook["clientConfig"].get("caBundle")
+            return base64.b64decode(bundle) if bundle and data and bundle == data["ca.crt"] else None
+
+        ca = wait_for("the injector to fill its Secret and the caBundle", published, timeout=60)
+        assert ca.startswith(b"-----BEGIN CERTIFICATE-----")
+    finally:
+        injector.stop()
+    assert_no_denials(injector.log.read_text())
+    before = _get(cluster, secret_path)["data"]
+
+    # Helm never sets the Secret's data nor the caBundle: an upgrade keeps what the injector wrote.
+    run_helm(
+        helm, "upgrade", release, str(CHART),
+        "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace, "--reuse-values",
+        "--set", "injector.timeoutSeconds=7",
+    )  # fmt: skip
+    hook = _get(cluster, config_path)["webhooks"][0]
+    assert hook["timeoutSeconds"] == 7
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca
+    assert _get(cluster, secret_path)["data"] == before
+
+
+def test_the_sidecar_token_secret_authenticates_as_the_sidecar_service_account(
+    cluster: LocalCluster, release: str, namespace: str, tmp_path: Path
+) -> None:
+    path = f"/api/v1/namespaces/{namespace}/secrets/{release}-mqbalance-sidecar-token"
+
+    def token() -> str | None:
+        data = _get(cluster, path).get("data") or {}
+        return base64.b64decode(data["token"]).decode() if "token" in data else None
+
+    # Kubernetes' token controller fills it in (1.20 and the current release alike).
+    bearer = wait_for("the token controller to fill the sidecar token Secret", token, timeout=60)
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": bearer},
+    }
+    status, answer = cluster.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", review)
+    assert status == 201, answer
+    assert answer["status"]["authenticated"] is True
+    user = answer["status"]["user"]["username"]
+    assert user == f"system:serviceaccount:{namespace}:{release}-mqbalance-sidecar"
+    # What that identity may do is the sidecar's Role, nothing more.
+    assert can_i(cluster, user, "watch", f"configmaps/{configmap_name(GROUP)}", namespace)
+    assert not can_i(cluster, user, "list", "pods", namespace)
+    assert not can_i(cluster, user, "get", "secrets", namespace)

@@ -1,0 +1,113 @@
+"""The webhook's HTTP side: AdmissionReview in, JSON patch out; bad requests get a 4xx JSON error."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpClient
+
+from mqbalance.injector.spec import CONTAINER_NAME, GROUP_ANNOTATION, SidecarSettings, apply_patch
+from mqbalance.injector.webhook import create_app
+
+
+def review(obj: Any, operation: str = "CREATE", kind: str = "Pod") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b1c",
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "shop",
+            "operation": operation,
+            "object": obj,
+        },
+    }
+
+
+POD = {
+    "metadata": {"generateName": "orders-", "annotations": {GROUP_ANNOTATION: "orders"}},
+    "spec": {"containers": [{"name": "app", "image": "a:1"}]},
+}
+
+
+pytestmark = pytest.mark.asyncio
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest_asyncio.fixture
+async def client(aiohttp_client: AiohttpClient) -> Client:
+    return await aiohttp_client(create_app(SidecarSettings(), "tok"))
+
+
+async def test_an_annotated_pod_gets_a_json_patch(client: Client) -> None:
+    resp = await client.post("/mutate", json=review(POD))
+    assert resp.status == 200
+    answer = await resp.json()
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == "0b1c"
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patched = apply_patch(POD, json.loads(base64.b64decode(response["patch"])))
+    assert [c["name"] for c in patched["spec"]["containers"]] == ["app", CONTAINER_NAME]
+
+
+async def test_pods_without_the_annotation_and_other_operations_pass_unchanged(
+    client: Client,
+) -> None:
+    for body in (review({"metadata": {}, "spec": {"containers": []}}), review(None, operation="DELETE")):
+        answer = await (await client.post("/mutate", json=body)).json()
+        assert answer["response"] == {"uid": "0b1c", "allowed": True}
+
+
+async def test_a_bad_annotation_is_refused_with_a_message(client: Client) -> None:
+    bad = {**POD, "metadata": {"annotations": {GROUP_ANNOTATION: "Not_A_Name"}}}
+    answer = await (await client.post("/mutate", json=review(bad))).json()
+    response = answer["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert GROUP_ANNOTATION in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "complaint"),
+    [
+        (b"not json", 400, "not JSON"),
+        (b"[]", 400, "AdmissionReview object"),
+        (json.dumps({**review(POD), "apiVersion": "admission.k8s.io/v1beta1"}).encode(), 400, "v1"),
+        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 400, "uid"),
+        (json.dumps(review(POD, kind="Deployment")).encode(), 400, "Pods only"),
+        (
+            json.dumps({**review(POD), "request": {**review(POD)["request"], "object": None}}).encode(),
+            400,
+            "object",
+        ),
+    ],
+)
+async def test_a_bad_request_gets_a_4xx_json_error(
+    client: Client,
+    body: bytes,
+    status: int,
+    complaint: str,
+) -> None:
+    resp = await client.post("/mutate", data=body, headers={"Content-Type": "application/json"})
+    assert resp.status == status
+    answer = await resp.json()
+    assert answer["status"] == status
+    assert complaint in answer["error"]
+
+
+async def test_wrong_content_type_and_health(client: Client) -> None:
+    resp = await client.post("/mutate", data=b"{}", headers={"Content-Type": "text/plain"})
+    assert resp.status == 415
+    assert (await resp.json())["status"] == 415
+    assert (await client.get("/healthz")).status == 200
