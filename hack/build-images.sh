@@ -36,11 +36,15 @@ CA_BUNDLE="${MQBALANCE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 
 APT_PACKAGES=(podman buildah mmdebstrap uidmap fuse-overlayfs)
 
+RELEASE_REF="" RELEASE_FILE=""
 if [[ "${1:-}" == "--print-manifest" ]]; then
   echo "$MANIFEST"
   exit 0
+elif [[ "${1:-}" == "--release" && $# -eq 3 ]]; then
+  # --release REF FILE: also tag the application image REF and save it as an OCI archive FILE
+  RELEASE_REF="$2" RELEASE_FILE="$3"
 elif [[ $# -gt 0 ]]; then
-  die "unknown argument: $1 (usage: $0 [--print-manifest])"
+  die "unknown argument: $1 (usage: $0 [--print-manifest | --release REF FILE])"
 fi
 
 configure_podman() {
@@ -217,6 +221,12 @@ main() {
 EOF
   mv "$MANIFEST.tmp" "$MANIFEST"
   log "images ready in $((SECONDS - start)) s: $app, $pause"
+  if [[ -n "$RELEASE_REF" ]]; then
+    podman tag "$app" "$RELEASE_REF"
+    rm -f "$RELEASE_FILE"
+    save_archive "$RELEASE_REF" "$RELEASE_FILE"
+    log "$RELEASE_REF saved as $RELEASE_FILE"
+  fi
   echo "$MANIFEST"
 }
 

@@ -41,3 +41,8 @@ def test_the_examples_and_docs_name_the_image_of_this_version() -> None:
         named = set(re.findall(r"mqbalance/mqbalance:(\d+\.\d+\.\d+)", text))
         named |= set(re.findall(r"<artifactId>mqbalance-rocketmq</artifactId>\s*<version>([^<]+)<", text))
         assert named == {version}, f"{path} names {sorted(named)}, the project is {version}"
+
+
+def test_the_image_label_carries_the_project_version() -> None:
+    labels = re.findall(r'org\.opencontainers\.image\.version="([^"]+)"', (REPO / "Dockerfile").read_text())
+    assert labels == [project_version()]
