@@ -8,6 +8,7 @@ RocketMQ's only if we sort as Java does.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -156,6 +157,32 @@ def check_virtual_nodes(value: object) -> int:
 
 
 @dataclass(frozen=True)
+class LoadBalance:
+    """STICKY's load-aware setting: balance measured traffic, not queue counts
+    (``mqbalance/strategies/load.py`` has the rules)."""
+
+    tolerance: float = 0.2
+    """The busiest member may carry up to ``(1 + tolerance)`` times the larger of the mean member
+    load and the hottest queue's load."""
+    samples: int = 3
+    """Consecutive samples the busiest member must stay above that limit before queues move for
+    load (a membership or queue change rebalances at once)."""
+    max_queue_factor: float = 2.0
+    """No member holds more than ``ceil(max_queue_factor * queues / members)`` queues."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.tolerance, int | float) and math.isfinite(self.tolerance)):
+            raise ValueError(f"load tolerance must be a number, got {self.tolerance!r}")
+        if not 0 <= self.tolerance <= 10:
+            raise ValueError(f"load tolerance must be from 0 to 10, got {self.tolerance!r}")
+        samples = self.samples
+        if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 1000:
+            raise ValueError(f"load samples must be an integer from 1 to 1000, got {self.samples!r}")
+        if not (isinstance(self.max_queue_factor, int | float) and 1 <= self.max_queue_factor <= 100):
+            raise ValueError(f"load maxQueueFactor must be from 1 to 100, got {self.max_queue_factor!r}")
+
+
+@dataclass(frozen=True)
 class StrategySpec:
     """A strategy and its parameters, as a ConsumerGroup or an allocate request names them."""
 
@@ -170,6 +197,8 @@ class StrategySpec:
     """CONFIG: the explicit queues of each consumer."""
     zone_affinity: bool = False
     """STICKY: place queues in their broker's zone where balance allows."""
+    load: LoadBalance | None = None
+    """STICKY: balance measured per-queue traffic instead of queue counts (``balance_load``)."""
 
     def __post_init__(self) -> None:
         check_virtual_nodes(self.virtual_nodes)

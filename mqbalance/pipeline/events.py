@@ -20,6 +20,9 @@ from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySp
 QueueIds = Mapping[str, Mapping[str, list[int]]]
 """topic -> broker -> readable queue ids."""
 
+Rates = Mapping[str, Mapping[str, list[float]]]
+"""topic -> broker -> messages/s of each queue, in the order of its ids in ``queues``."""
+
 DEFAULT_STRATEGY: dict[str, Any] = {"name": StrategyName.AVG.value}
 """RocketMQ's default strategy: the "current" one of synthetic groups."""
 
@@ -40,6 +43,8 @@ class Event:
     message_model: str = "CLUSTERING"
     strategy: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_STRATEGY))
     """The strategy the group ran, in the journal's JSON form."""
+    rates: Rates = field(default_factory=dict)
+    """Measured messages/s per queue, where known (synthetic churn with ``rate_skew``)."""
 
     @property
     def topics(self) -> list[str]:
@@ -48,17 +53,29 @@ class Event:
     def queues_of(self, topic: str) -> list[MessageQueue]:
         return [MessageQueue(topic, broker, i) for broker, ids in self.queues[topic].items() for i in ids]
 
+    def loads(self) -> dict[MessageQueue, float]:
+        """Each queue's rate, for the queues that have one."""
+        return {
+            MessageQueue(topic, broker, queue_id): rate
+            for topic, by_broker in self.rates.items()
+            for broker, values in by_broker.items()
+            for queue_id, rate in zip(self.queues.get(topic, {}).get(broker, []), values, strict=False)
+        }
+
     def payload(self) -> str:
         """The event's state as compact JSON (the ``event`` column of the Spark rows)."""
+        data: dict[str, Any] = {
+            "reason": self.reason,
+            "members": self.members,
+            "brokerZones": self.broker_zones,
+            "queues": self.queues,
+            "messageModel": self.message_model,
+            "strategy": self.strategy,
+        }
+        if self.rates:
+            data["rates"] = self.rates
         return json.dumps(
-            {
-                "reason": self.reason,
-                "members": self.members,
-                "brokerZones": self.broker_zones,
-                "queues": self.queues,
-                "messageModel": self.message_model,
-                "strategy": self.strategy,
-            },
+            data,
             separators=(",", ":"),
             sort_keys=True,
         )
@@ -81,6 +98,7 @@ class Event:
             queues=data["queues"],
             message_model=data.get("messageModel", "CLUSTERING"),
             strategy=data.get("strategy", DEFAULT_STRATEGY),
+            rates=data.get("rates", {}),
         )
 
 

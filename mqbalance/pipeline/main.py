@@ -63,12 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--mix", default="join=3,leave=3,zone=1,queues=1", help="relative weights of the changes"
     )
     syn.add_argument("--seed", type=int, default=1)
+    syn.add_argument(
+        "--rate-skew",
+        type=float,
+        default=0.0,
+        help="Zipf exponent of per-queue rates (0: none); with rates the load-aware STICKY is replayed too",
+    )
+    syn.add_argument("--rate-jitter", type=float, default=0.1, help="each rate varies by up to this fraction")
     out = p.add_argument_group("output and scoring")
     out.add_argument("--out", required=True, help="output directory (a Spark URI with Spark)")
     out.add_argument("--report-dir", help="local directory for report.html and summary.json (default: --out)")
     out.add_argument("--spread-weight", type=float, default=scoring.Weights.spread)
     out.add_argument("--zone-weight", type=float, default=scoring.Weights.zone)
     out.add_argument("--unassigned-weight", type=float, default=scoring.Weights.unassigned)
+    out.add_argument("--load-weight", type=float, default=scoring.Weights.load)
     run = p.add_argument_group("execution")
     run.add_argument(
         "--master", help="Spark master (default: spark-submit's, else local[*] to run here without a cluster)"
@@ -105,11 +113,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
             topics=args.topics,
             mix=synthetic.parse_mix(args.mix),
             seed=args.seed,
+            rate_skew=args.rate_skew,
+            rate_jitter=args.rate_jitter,
         )
         source = (
             f"synthetic: {churn.groups} groups × {churn.events_per_group} events, {churn.zones} zones, "
             f"queues {args.queues}, members {args.members}, mix {args.mix}, seed {churn.seed}"
         )
+        if churn.rate_skew:
+            source += f", rates Zipf {churn.rate_skew:g} ± {churn.rate_jitter:g}"
     else:
         source = " ".join(args.journal)
     if args.report_dir:
@@ -127,7 +139,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         out=args.out,
         report_dir=report_dir,
         weights=scoring.Weights(
-            spread=args.spread_weight, zone=args.zone_weight, unassigned=args.unassigned_weight
+            spread=args.spread_weight,
+            zone=args.zone_weight,
+            unassigned=args.unassigned_weight,
+            load=args.load_weight,
         ),
         master=args.master,
         partitions=args.partitions,

@@ -10,10 +10,18 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from mqbalance.model import Assignment, MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
+from mqbalance.model import (
+    Assignment,
+    LoadBalance,
+    MessageModel,
+    MessageQueue,
+    StrategyName,
+    StrategySpec,
+    Zones,
+)
 from mqbalance.pipeline.events import Event, sort_events, strategy_spec
 from mqbalance.quality import measure
-from mqbalance.strategies import allocate_group
+from mqbalance.strategies import Loads, LoadState, allocate_group, balance_group
 
 CANDIDATES: tuple[StrategySpec, ...] = (
     StrategySpec(StrategyName.AVG),
@@ -25,6 +33,10 @@ CANDIDATES: tuple[StrategySpec, ...] = (
 )
 """Replayed for every group. CONFIG and MACHINE_ROOM need the group's own settings,
 so they are replayed only where the journal says the group runs them."""
+
+LOAD_CANDIDATE = StrategySpec(StrategyName.STICKY, zone_affinity=True, load=LoadBalance())
+"""Replayed, beside the others, at the events that carry per-queue rates: each event is one
+sample, and its hysteresis state is carried from event to event."""
 
 
 def strategy_label(spec: StrategySpec) -> str:
@@ -40,12 +52,22 @@ def strategy_label(spec: StrategySpec) -> str:
         return f"MACHINE_ROOM_NEARBY({spec.inner.value})"
     if name is StrategyName.MACHINE_ROOM:
         return f"MACHINE_ROOM({','.join(sorted(spec.consumer_idcs))})"
-    if name is StrategyName.STICKY and spec.zone_affinity:
-        return "STICKY+zoneAffinity"
+    if name is StrategyName.STICKY:
+        label = "STICKY+zoneAffinity" if spec.zone_affinity else name.value
+        if spec.load is not None:
+            label += "+load"
+            if spec.load != LoadBalance():
+                load = spec.load
+                label += (
+                    f"(tolerance={load.tolerance:g},samples={load.samples},"
+                    f"maxQueueFactor={load.max_queue_factor:g})"
+                )
+        return label
     return name.value
 
 
 CANDIDATE_LABELS: tuple[str, ...] = tuple(strategy_label(s) for s in CANDIDATES)
+LOAD_LABEL = strategy_label(LOAD_CANDIDATE)
 
 
 class FigureRow(NamedTuple):
@@ -73,12 +95,16 @@ class FigureRow(NamedTuple):
     max_load: int
     cross_zone: int
     unassigned: int
+    load_spread: float = 0.0
+    """The busiest member's rate over the mean member's (1 is even); 0 where the event carries no
+    rates or they add up to 0."""
 
 
 FIGURE_SCHEMA = (
     "namespace string, group string, seq long, time double, reason string, strategy string, "
     "current boolean, members long, queues long, held long, moved long, forced long, "
-    "minimum_moves long, spread long, min_load long, max_load long, cross_zone long, unassigned long"
+    "minimum_moves long, spread long, min_load long, max_load long, cross_zone long, unassigned long, "
+    "load_spread double"
 )
 FIGURE_COLUMNS: tuple[str, ...] = FigureRow._fields
 
@@ -90,18 +116,24 @@ class ReplayError(ValueError):
 def replay_group(events: Iterable[Event]) -> Iterator[FigureRow]:
     """Figures of every event of one group (any order in, time order out) under every strategy."""
     previous: dict[str, dict[str, Assignment]] = {}
+    states: dict[str, LoadState] = {}
     for event in sorted(events, key=lambda e: (e.time, e.seq)):
         own = strategy_spec(event.strategy, event.message_model)
         own_label = strategy_label(own)
         specs = list(zip(CANDIDATE_LABELS, CANDIDATES, strict=True))
-        if own_label not in CANDIDATE_LABELS:
+        loads = event.loads()
+        if loads:
+            specs.append((LOAD_LABEL, LOAD_CANDIDATE))
+        if own_label not in {label for label, _ in specs}:
             specs.append((own_label, own))
         zones = Zones(brokers=event.broker_zones, consumers=event.members)
         model = MessageModel(event.message_model)
         topics = {topic: event.queues_of(topic) for topic in event.topics}
         for label, spec in specs:
             before = previous.setdefault(label, {})
-            yield _figures(event, label, label == own_label, spec, topics, zones, model, before)
+            yield _figures(
+                event, label, label == own_label, spec, topics, zones, model, before, loads, states
+            )
 
 
 def _figures(
@@ -113,10 +145,26 @@ def _figures(
     zones: Zones,
     model: MessageModel,
     before: dict[str, Assignment],
+    loads: Loads,
+    states: dict[str, LoadState],
 ) -> FigureRow:
     previous = _merged(before.values())
     try:
-        now = allocate_group(spec, topics, event.members, zones=zones, previous=previous, message_model=model)
+        if spec.load is not None and spec.name is StrategyName.STICKY:
+            now, states[label] = balance_group(
+                spec,
+                topics,
+                event.members,
+                loads=loads,
+                state=states.get(label),
+                zones=zones,
+                previous=previous,
+                message_model=model,
+            )
+        else:
+            now = allocate_group(
+                spec, topics, event.members, zones=zones, previous=previous, message_model=model, loads=loads
+            )
     except ValueError as e:
         raise ReplayError(f"{event.namespace}/{event.group} event {event.seq}, {label}: {e}") from e
     current_all = _merged(now.values())
@@ -143,7 +191,17 @@ def _figures(
         f.max_load,
         f.cross_zone,
         f.unassigned,
+        load_spread(current_all, loads),
     )
+
+
+def load_spread(assignment: Assignment, loads: Loads) -> float:
+    """The busiest member's load over the mean member load; 0 with no members or no load."""
+    totals = [sum(loads.get(mq, 0.0) for mq in share) for share in assignment.values()]
+    total = sum(totals)
+    if not totals or total <= 0:
+        return 0.0
+    return max(totals) / (total / len(totals))
 
 
 def _merged(assignments: Iterable[Assignment]) -> dict[str, tuple[MessageQueue, ...]]:

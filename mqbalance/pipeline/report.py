@@ -7,6 +7,7 @@ access or scripts.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -35,6 +36,14 @@ class StrategyOverview(NamedTuple):
     held: int
     recommended: int
     """Groups for which this strategy is the recommendation."""
+    load_spread_sum: float = 0.0
+    """Sum over events of the busiest member's rate over the mean's (0 at events without rates)."""
+    max_load_spread: float = 0.0
+
+    @property
+    def mean_load_spread(self) -> float:
+        """Mean ``load_spread`` over the events (0 where no event carried rates)."""
+        return self.load_spread_sum / self.events if self.events else 0.0
 
     @property
     def move_ratio(self) -> float | None:
@@ -81,6 +90,7 @@ class ReportData:
                     "move_ratio": s.move_ratio,
                     "mean_spread": s.mean_spread,
                     "cross_zone_share": s.cross_zone_share,
+                    "mean_load_spread": s.mean_load_spread,
                 }
                 for s in self.strategies
             ],
@@ -111,6 +121,8 @@ def overview(totals: Iterable[StrategyTotals], summaries: Sequence[GroupSummary]
             cross_zone=sum(t.cross_zone for t in ts),
             held=sum(t.held for t in ts),
             recommended=recommended.get(label, 0),
+            load_spread_sum=math.fsum(t.load_spread_sum for t in ts),
+            max_load_spread=max(t.max_load_spread for t in ts),
         )
         for label, ts in sorted(by_strategy.items(), key=lambda item: strategy_order(item[0]))
     ]

@@ -7,6 +7,7 @@ one queue move:
          + spread_weight * max(spread - 1, 0)        # load beyond "differ by at most one"
          + zone_weight   * cross_zone                # holdings outside the broker's zone
          + unassigned_weight * unassigned            # queues nobody holds
+         + load_weight   * max(load_spread - 1, 0)   # busiest member's rate beyond the mean's
 
 summed over the group's events and divided by their number. A move is a pause
 and a burst of duplicates for one queue, paid once. An extra queue on the busiest
@@ -17,6 +18,9 @@ A queue nobody holds piles up a backlog for as long as it stays unheld, like an
 extra queue on a busy consumer (``unassigned_weight = 1``); only CONFIG and
 MACHINE_ROOM leave queues out, and for their groups the other candidates show what
 the same members would do if they consumed every queue.
+Where events carry per-queue rates, ``load_spread`` is the busiest member's rate over
+the mean member's: a busiest member at twice the mean for one event weighs as one
+extra move (``load_weight = 1``); without rates it is 0 and costs nothing.
 Moving fewer queues than the balanced minimum gives a negative first term, which
 is how a strategy that trades balance for stability (CONSISTENT_HASH) is weighed
 against its spread.
@@ -29,6 +33,7 @@ The gain of switching is ``(cost of current - cost of recommended) * events``.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -43,9 +48,10 @@ class Weights:
     spread: float = 1.0
     zone: float = 0.25
     unassigned: float = 1.0
+    load: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("spread", "zone", "unassigned"):
+        for name in ("spread", "zone", "unassigned", "load"):
             if getattr(self, name) < 0:
                 raise ValueError(f"scoring weight {name} must not be negative, got {getattr(self, name)}")
 
@@ -71,12 +77,18 @@ class StrategyTotals(NamedTuple):
     last_seq: int
     last_current: bool
     """Whether the group ran this strategy at the strategy's last replayed event."""
+    load_spread_sum: float = 0.0
+    """Sum of the events' ``load_spread`` (0 at events without rates)."""
+    excess_load_spread: float = 0.0
+    """Sum of max(load_spread - 1, 0)."""
+    max_load_spread: float = 0.0
 
 
 TOTALS_SCHEMA = (
     "namespace string, group string, strategy string, events long, moved long, forced long, "
     "minimum_moves long, spread_sum long, excess_spread long, max_spread long, cross_zone long, "
-    "unassigned long, held long, last_time double, last_seq long, last_current boolean"
+    "unassigned long, held long, last_time double, last_seq long, last_current boolean, "
+    "load_spread_sum double, excess_load_spread double, max_load_spread double"
 )
 
 
@@ -106,6 +118,9 @@ def totals(rows: Iterable[FigureRow]) -> list[StrategyTotals]:
                 last.time,
                 last.seq,
                 last.current,
+                math.fsum(r.load_spread for r in group_rows),
+                math.fsum(max(r.load_spread - 1, 0.0) for r in group_rows),
+                max(r.load_spread for r in group_rows),
             )
         )
     return out
@@ -119,6 +134,7 @@ def cost(t: StrategyTotals, weights: Weights) -> float:
         + weights.spread * t.excess_spread
         + weights.zone * t.cross_zone
         + weights.unassigned * t.unassigned
+        + weights.load * t.excess_load_spread
     )
     return total / t.events if t.events else 0.0
 

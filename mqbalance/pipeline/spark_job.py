@@ -158,13 +158,16 @@ def strategy_totals(figures: DataFrame) -> DataFrame:
             F.sum("cross_zone").alias("cross_zone"),
             F.sum("unassigned").alias("unassigned"),
             F.sum("held").alias("held"),
+            F.sum("load_spread").alias("load_spread_sum"),
+            F.sum(F.greatest(F.col("load_spread") - 1, F.lit(0.0))).alias("excess_load_spread"),
+            F.max("load_spread").alias("max_load_spread"),
             last.alias("last"),
         )
         .select(
-            *[c for c in scoring.StrategyTotals._fields if not c.startswith("last_")],
-            F.col("last.time").alias("last_time"),
-            F.col("last.seq").alias("last_seq"),
-            F.col("last.current").alias("last_current"),
+            *[
+                F.col(f"last.{c.removeprefix('last_')}").alias(c) if c.startswith("last_") else F.col(c)
+                for c in scoring.StrategyTotals._fields
+            ]
         )
     )
 
@@ -198,6 +201,8 @@ def strategy_overview(totals: DataFrame, summaries: DataFrame) -> DataFrame:
         F.max("max_spread").alias("max_spread"),
         F.sum("cross_zone").alias("cross_zone"),
         F.sum("held").alias("held"),
+        F.sum("load_spread_sum").alias("load_spread_sum"),
+        F.max("max_load_spread").alias("max_load_spread"),
     ]
     return (
         totals.groupBy("strategy")

@@ -9,6 +9,11 @@ A group starts with one broker per zone, ``queues`` read queues per broker on
 each of its topics, and a member count drawn from ``members``; every later event
 applies one change drawn from the mix: a pod joins (in a random zone), a pod
 leaves, a pod's zone changes, or a broker's read queue count on one topic changes.
+
+With ``rate_skew`` s > 0 every queue also carries a rate (messages/s), Zipf-distributed: the
+group's possible queues are ranked at random once and the queue of rank k gets
+``1000 / k**s``, times a jitter within ``rate_jitter`` drawn afresh at every event. The rates
+come from a generator of their own, so the churn itself is the same with or without them.
 """
 
 from __future__ import annotations
@@ -72,11 +77,19 @@ class Churn:
         default_factory=lambda: {"join": 3.0, "leave": 3.0, "zone": 1.0, "queues": 1.0}
     )
     seed: int = 1
+    rate_skew: float = 0.0
+    """Zipf exponent of the per-queue rates; 0: no rates."""
+    rate_jitter: float = 0.1
+    """Each rate varies by up to this fraction from event to event."""
 
     def __post_init__(self) -> None:
         for name in ("groups", "events_per_group", "zones", "topics"):
             if getattr(self, name) < 1:
                 raise ValueError(f"synthetic {name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.rate_skew <= 10:
+            raise ValueError(f"synthetic rate skew must be from 0 to 10, got {self.rate_skew}")
+        if not 0 <= self.rate_jitter < 1:
+            raise ValueError(f"synthetic rate jitter must be from 0 to below 1, got {self.rate_jitter}")
 
     @property
     def total_events(self) -> int:
@@ -106,6 +119,33 @@ def group_events(churn: Churn, index: int) -> Iterator[Event]:
 
     for _ in range(rng.randint(*churn.members)):
         join()
+    base_rates: dict[tuple[str, str, int], float] = {}
+    rates_rng = random.Random(f"{churn.seed}/{index}/rates")
+    if churn.rate_skew > 0:
+        possible = [
+            (topic, broker, i)
+            for topic in sorted(queues)
+            for broker in broker_zones
+            for i in range(2 * churn.queues[1])
+        ]
+        rates_rng.shuffle(possible)
+        base_rates = {key: 1000.0 / (rank + 1) ** churn.rate_skew for rank, key in enumerate(possible)}
+
+    def rates_now() -> dict[str, dict[str, list[float]]]:
+        if not base_rates:
+            return {}
+        jitter = churn.rate_jitter
+        return {
+            topic: {
+                broker: [
+                    round(base_rates[(topic, broker, i)] * rates_rng.uniform(1 - jitter, 1 + jitter), 3)
+                    for i in range(n)
+                ]
+                for broker, n in by_broker.items()
+            }
+            for topic, by_broker in queues.items()
+        }
+
     kinds = [k for k in MIX_KINDS if churn.mix.get(k, 0) > 0]
     weights = [churn.mix[k] for k in kinds]
     time = 1_700_000_000.0 + index
@@ -138,6 +178,7 @@ def group_events(churn: Churn, index: int) -> Iterator[Event]:
             broker_zones=dict(broker_zones),
             queues={t: {b: list(range(n)) for b, n in by_broker.items()} for t, by_broker in queues.items()},
             strategy=dict(DEFAULT_STRATEGY),
+            rates=rates_now(),
         )
 
 

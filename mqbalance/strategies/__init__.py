@@ -23,6 +23,7 @@ from mqbalance.model import (
 from mqbalance.strategies.avg import Shares, allocate_avg, allocate_avg_by_circle
 from mqbalance.strategies.config import allocate_config, config_conflicts
 from mqbalance.strategies.consistent_hash import HashRing, allocate_consistent_hash, md5_hash
+from mqbalance.strategies.load import LoadOutcome, Loads, LoadState, balance_load
 from mqbalance.strategies.machine_room import allocate_machine_room
 from mqbalance.strategies.nearby import EmptyZoneError, InnerStrategy, allocate_nearby
 from mqbalance.strategies.sticky import NO_ZONES, allocate_sticky, max_kept
@@ -31,8 +32,13 @@ __all__ = [
     "NO_ZONES",
     "AllocationError",
     "HashRing",
+    "LoadOutcome",
+    "LoadState",
+    "Loads",
     "allocate",
     "allocate_group",
+    "balance_group",
+    "balance_load",
     "max_kept",
     "md5_hash",
 ]
@@ -50,11 +56,13 @@ def allocate(
     zones: Zones = NO_ZONES,
     previous: Assignment | None = None,
     message_model: MessageModel = MessageModel.CLUSTERING,
+    loads: Loads | None = None,
 ) -> dict[str, tuple[MessageQueue, ...]]:
     """The whole group's assignment: every consumer is a key, its queues in RocketMQ's order.
 
     Queues and consumers are deduplicated and sorted first, as RebalanceImpl does, so
-    the input order never matters. ``previous`` is used by STICKY only.
+    the input order never matters. ``previous`` is used by STICKY only, ``loads`` by STICKY
+    with ``load`` set, which here balances at once (no hysteresis: ``balance_group`` keeps it).
     """
     ordered_queues = sort_queues(queues)
     ordered_consumers = sort_consumers(consumers)
@@ -62,7 +70,7 @@ def allocate(
     if message_model == MessageModel.BROADCASTING:
         everything = tuple(ordered_queues)
         return {consumer: everything for consumer in ordered_consumers}
-    shares = _shares(spec, ordered_queues, ordered_consumers, zones, previous)
+    shares = _shares(spec, ordered_queues, ordered_consumers, zones, previous, loads)
     if spec.name not in _IN_ORDER:
         rank = {mq: index for index, mq in enumerate(ordered_queues)}
         shares = {consumer: sorted(share, key=rank.__getitem__) for consumer, share in shares.items()}
@@ -77,6 +85,7 @@ def allocate_group(
     zones: Zones = NO_ZONES,
     previous: Assignment | None = None,
     message_model: MessageModel = MessageModel.CLUSTERING,
+    loads: Loads | None = None,
 ) -> dict[str, dict[str, tuple[MessageQueue, ...]]]:
     """A consumer group's assignment for each of its topics: topic -> consumer -> queues.
 
@@ -89,16 +98,58 @@ def allocate_group(
     members = sort_consumers(consumers)
     if spec.name is StrategyName.STICKY and message_model is MessageModel.CLUSTERING and len(topics) > 1:
         everything = [mq for queues in topics.values() for mq in queues]
-        whole = allocate(spec, everything, members, zones=zones, previous=previous)
-        return {
-            topic: {
-                consumer: tuple(mq for mq in share if mq.topic == topic) for consumer, share in whole.items()
-            }
-            for topic in topics
-        }
+        whole = allocate(spec, everything, members, zones=zones, previous=previous, loads=loads)
+        return _split(topics, whole)
     return {
-        topic: allocate(spec, queues, members, zones=zones, previous=previous, message_model=message_model)
+        topic: allocate(
+            spec, queues, members, zones=zones, previous=previous, message_model=message_model, loads=loads
+        )
         for topic, queues in topics.items()
+    }
+
+
+def balance_group(
+    spec: StrategySpec,
+    topics: Mapping[str, Iterable[MessageQueue]],
+    consumers: Iterable[str],
+    *,
+    loads: Loads,
+    state: LoadState | None = None,
+    zones: Zones = NO_ZONES,
+    previous: Assignment | None = None,
+    message_model: MessageModel = MessageModel.CLUSTERING,
+) -> tuple[dict[str, dict[str, tuple[MessageQueue, ...]]], LoadState]:
+    """One load sample of a group whose strategy is STICKY with ``load`` set: topic -> consumer ->
+    queues, and the hysteresis state to pass to the next sample. The members' loads are
+    balanced over all topics together (``strategies/load.py``)."""
+    if spec.name is not StrategyName.STICKY or spec.load is None:
+        raise AllocationError(f"balance_group needs STICKY with load set, got {spec.name}")
+    members = sort_consumers(consumers)
+    if any(not consumer for consumer in members):
+        raise AllocationError("a consumer id is empty; every consumer needs a non-empty id")
+    if message_model is MessageModel.BROADCASTING or not members:
+        plain = allocate_group(spec, topics, members, zones=zones, message_model=message_model, loads=loads)
+        return plain, LoadState()
+    everything = [mq for queues in topics.values() for mq in queues]
+    outcome = balance_load(
+        everything,
+        members,
+        loads=loads,
+        previous=previous,
+        zones=zones,
+        zone_affinity=spec.zone_affinity,
+        settings=spec.load,
+        state=state,
+    )
+    return _split(topics, outcome.assignment), outcome.state
+
+
+def _split(
+    topics: Mapping[str, Iterable[MessageQueue]], whole: Assignment
+) -> dict[str, dict[str, tuple[MessageQueue, ...]]]:
+    return {
+        topic: {consumer: tuple(mq for mq in share if mq.topic == topic) for consumer, share in whole.items()}
+        for topic in topics
     }
 
 
@@ -140,6 +191,7 @@ def _shares(
     consumers: list[str],
     zones: Zones,
     previous: Assignment | None,
+    loads: Loads | None = None,
 ) -> Shares:
     if not consumers:
         return {}
@@ -159,6 +211,19 @@ def _shares(
             return allocate_nearby(queues, consumers, zones, _inner(spec))
         except EmptyZoneError as error:
             raise AllocationError(f"{error}; name a zone or leave it out to mean 'unknown'") from None
+    if name == StrategyName.STICKY and spec.load is not None:
+        once = LoadState(over=spec.load.samples)  # one call: the imbalance counts as lasting
+        outcome = balance_load(
+            queues,
+            consumers,
+            loads=loads or {},
+            previous=previous,
+            zones=zones,
+            zone_affinity=spec.zone_affinity,
+            settings=spec.load,
+            state=once,
+        )
+        return {consumer: list(share) for consumer, share in outcome.assignment.items()}
     if name == StrategyName.STICKY:
         return allocate_sticky(
             queues, consumers, previous=previous, zones=zones, zone_affinity=spec.zone_affinity

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from mqbalance.pipeline import sample_journal, spark_job, synthetic
 from mqbalance.pipeline.main import Progress, Settings, run_single_process, run_spark
-from mqbalance.pipeline.replay import replay
+from mqbalance.pipeline.replay import LOAD_LABEL, replay
 from tests.spark_support import WEIGHTS, check_figures, check_journal
 
 __all__ = ["check_journal"]
@@ -27,6 +27,15 @@ def test_synthetic_replay_equals_the_single_process_replay(spark: SparkSession) 
     churn = synthetic.Churn(groups=7, events_per_group=12, zones=3, queues=(2, 5), topics=2, seed=21)
     figures = spark_job.synthetic_figures(spark.range(0, churn.groups, numPartitions=3), churn)
     check_figures(spark, figures, list(replay(synthetic.events(churn))))
+
+
+def test_synthetic_replay_with_rates_equals_the_single_process_replay(spark: SparkSession) -> None:
+    # Zipf rates add the load-aware STICKY and the load spread to every figure and total.
+    churn = synthetic.Churn(groups=5, events_per_group=10, queues=(2, 5), topics=2, rate_skew=1.0, seed=22)
+    figures = spark_job.synthetic_figures(spark.range(0, churn.groups, numPartitions=2), churn)
+    expected = list(replay(synthetic.events(churn)))
+    assert any(row.strategy == LOAD_LABEL for row in expected)
+    check_figures(spark, figures, expected)
 
 
 def test_journal_replay_equals_the_single_process_replay(spark: SparkSession, tmp_path: Path) -> None:
