@@ -38,8 +38,8 @@ from typing import Any, Self, TypeVar
 from harness import polling
 from harness.cluster import _Component, cache_dir
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
-from mqbalance.operator.nameserver import NameServerClient, NameServerError, invoke
-from mqbalance.remoting import (
+from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
+from mqbalance.rocketmq.remoting import (
     ClusterInfo,
     RemotingCommand,
     RequestCode,

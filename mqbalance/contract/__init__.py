@@ -1,6 +1,6 @@
 """The contract between the parts: resource names and labels, the assignment document the
 operator publishes and the sidecars serve, and the one reader of each wire format (Topic
-specs, strategies). Pure: no Kubernetes, HTTP or Spark; the operator and the sidecar meet
+specs, strategies, handover). Pure: no Kubernetes, HTTP or Spark; the operator and the sidecar meet
 only here.
 """
 
@@ -15,6 +15,7 @@ from mqbalance.contract.document import (
     encode_queue_map,
 )
 from mqbalance.contract.errors import SpecError
+from mqbalance.contract.handover import HandoverMode, HandoverSpec, read_handover
 from mqbalance.contract.names import (
     API_PATH,
     API_VERSION,
@@ -32,7 +33,16 @@ from mqbalance.contract.names import (
 )
 from mqbalance.contract.releases import Ack, decode_acks, releases_configmap_name
 from mqbalance.contract.strategy import read_strategy, write_strategy
-from mqbalance.contract.topic import RouteNotRead, read_topic, reads_name_server, topic_name
+from mqbalance.contract.topic import (
+    NameServerSpec,
+    RouteNotRead,
+    TopicSpec,
+    read_name_server,
+    read_topic,
+    read_topic_spec,
+    reads_name_server,
+    topic_name,
+)
 
 __all__ = [
     "API_PATH",
@@ -51,17 +61,24 @@ __all__ = [
     "Ack",
     "AssignmentDocument",
     "DocumentError",
+    "HandoverMode",
+    "HandoverSpec",
     "LeaseTerms",
+    "NameServerSpec",
     "Release",
     "RouteNotRead",
     "SpecError",
+    "TopicSpec",
     "configmap_name",
     "custom_path",
     "decode_acks",
     "decode_queue_map",
     "encode_queue_map",
+    "read_handover",
+    "read_name_server",
     "read_strategy",
     "read_topic",
+    "read_topic_spec",
     "reads_name_server",
     "releases_configmap_name",
     "topic_name",

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbalance.contract.handover import HandoverMode
 from mqbalance.model import Assignment, MessageQueue, sort_queues
 
 CONFIGMAP_KEY = "assignment.json"
@@ -167,7 +168,7 @@ class AssignmentDocument:
     topics: Mapping[str, Assignment]
     """RocketMQ topic name -> member -> queues."""
     broker_zones: Mapping[str, str] = field(default_factory=dict)
-    handover: str = "Off"
+    handover: str = HandoverMode.OFF.value
     """How queues change owner: Off (at once), Release or Orderly (revoke, release, then assign)."""
     releasing: tuple[Release, ...] = ()
     """Queues revoked from their owners and held by nobody until released."""
@@ -208,7 +209,7 @@ class AssignmentDocument:
             "brokerZones": dict(sorted(self.broker_zones.items())),
             "topics": {topic: encode_queue_map(a) for topic, a in sorted(self.topics.items())},
         }
-        if self.handover != "Off":
+        if self.handover != HandoverMode.OFF:
             out["handover"] = self.handover
         if self.releasing:
             out["releasing"] = [r.to_json() for r in self.releasing]
@@ -248,7 +249,7 @@ class AssignmentDocument:
                 members={str(k): str(v) for k, v in members.items()},
                 broker_zones={str(k): str(v) for k, v in broker_zones.items()},
                 topics={t: decode_queue_map(t, a) for t, a in topics.items()},
-                handover=str(data.get("handover", "Off")),
+                handover=str(data.get("handover", HandoverMode.OFF.value)),
                 releasing=tuple(Release.from_json(r) for r in releasing),
                 lease=LeaseTerms.from_json(data["lease"]) if data.get("lease") is not None else None,
             )

@@ -6,12 +6,14 @@ and its one reader, used by the operator, the journal and ``mqbalance allocate``
     {"name": "MACHINE_ROOM", "consumerIdcs": ["hz"]}
     {"name": "CONFIG", "config": {"pod-a": [{"broker": "broker-a", "queueId": 0}]}}
     {"name": "STICKY", "zoneAffinity": true}
+    {"name": "STICKY", "load": {"tolerance": 0.2, "samples": 3, "maxQueueFactor": 2}}
 
 A CONFIG queue carries no topic: it matches that broker and queue id in every topic allocated.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +21,7 @@ from mqbalance.contract.errors import SpecError
 from mqbalance.model import (
     DEFAULT_VIRTUAL_NODES,
     INNER_STRATEGIES,
+    LoadBalance,
     MessageModel,
     MessageQueue,
     StrategyName,
@@ -57,6 +60,12 @@ def read_strategy(
     zone_affinity = data.get("zoneAffinity", False)
     if not isinstance(zone_affinity, bool):
         raise SpecError(f"{where}.zoneAffinity must be true or false, got {zone_affinity!r}")
+    load = data.get("load")
+    if load is not None and name is not StrategyName.STICKY:
+        raise SpecError(
+            f"{where}.load balances measured traffic and only STICKY takes it; strategy is {name}: "
+            f"set {where}.name to STICKY or remove {where}.load"
+        )
     return StrategySpec(
         name=name,
         virtual_nodes=virtual_nodes,
@@ -64,7 +73,41 @@ def read_strategy(
         consumer_idcs=frozenset(idcs),
         config=config,
         zone_affinity=zone_affinity,
+        load=None if load is None else read_load(load, f"{where}.load"),
     )
+
+
+def read_load(data: Any, where: str = "spec.strategy.load") -> LoadBalance:
+    """STICKY's ``load`` setting; ``{}`` is every default. Raises SpecError naming the field."""
+    if not isinstance(data, Mapping):
+        raise SpecError(
+            f"{where} must be an object: {{tolerance, samples, maxQueueFactor}}, or {{}} for defaults"
+        )
+    defaults = LoadBalance()
+    tolerance = data.get("tolerance", defaults.tolerance)
+    if not _number(tolerance) or not 0 <= tolerance <= 10:
+        raise SpecError(
+            f"{where}.tolerance is {tolerance!r}; use a number from 0 to 10 (0.2: the busiest member "
+            "may carry 1.2 times the mean member's rate, or the hottest queue's)"
+        )
+    samples = data.get("samples", defaults.samples)
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 1000:
+        raise SpecError(f"{where}.samples is {samples!r}; use a whole number of lag readings from 1 to 1000")
+    factor = data.get("maxQueueFactor", defaults.max_queue_factor)
+    if not _number(factor) or not 1 <= factor <= 100:
+        raise SpecError(
+            f"{where}.maxQueueFactor is {factor!r}; use a number from 1 to 100 (2: no member holds "
+            "more than twice an even share of the queues)"
+        )
+    return LoadBalance(tolerance=float(tolerance), samples=samples, max_queue_factor=float(factor))
+
+
+def write_load(load: LoadBalance) -> dict[str, Any]:
+    return {"tolerance": load.tolerance, "samples": load.samples, "maxQueueFactor": load.max_queue_factor}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_strategy(spec: StrategySpec) -> dict[str, Any]:
@@ -85,6 +128,8 @@ def write_strategy(spec: StrategySpec) -> dict[str, Any]:
         }
     if spec.name is StrategyName.STICKY:
         out["zoneAffinity"] = spec.zone_affinity
+        if spec.load is not None:
+            out["load"] = write_load(spec.load)
     return out
 
 

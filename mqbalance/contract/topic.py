@@ -35,9 +35,57 @@ class BrokerEntry:
     perm: int
 
 
+DEFAULT_POLL_SECONDS = 30.0
+"""How often a NameServer route is read again: the Java client's pollNameServerInterval."""
+
+
+@dataclass(frozen=True, slots=True)
+class NameServerSpec:
+    """``spec.nameServer``: where a Topic's route is read from, and how often."""
+
+    addresses: tuple[str, ...] = ()
+    """Empty: the operator's own NameServer (``--name-server``)."""
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A Topic's spec as the operator acts on it; the route itself is :func:`read_topic`'s."""
+
+    topic_name: str
+    """The RocketMQ topic name."""
+    name_server: NameServerSpec | None
+    """None: the route is ``spec.brokers``, written by hand."""
+
+
 def reads_name_server(spec: Mapping[str, Any] | None) -> bool:
     """Whether the Topic's route comes from a NameServer (``spec.nameServer`` is set)."""
     return isinstance(spec, Mapping) and spec.get("nameServer") is not None
+
+
+def read_topic_spec(resource_name: str, spec: Mapping[str, Any] | None) -> TopicSpec:
+    """The Topic's RocketMQ name and NameServer. Never raises: an unreadable address or poll
+    interval is left out (the schema rejects them; :func:`read_topic` reports a bad spec)."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    return TopicSpec(topic_name(resource_name, spec), read_name_server(spec))
+
+
+def read_name_server(spec: Mapping[str, Any] | None) -> NameServerSpec | None:
+    """``spec.nameServer``, None when the Topic does not name one."""
+    if not reads_name_server(spec):
+        return None
+    assert spec is not None
+    name_server = spec.get("nameServer")
+    if not isinstance(name_server, Mapping):
+        return NameServerSpec()
+    addresses = name_server.get("addresses")
+    poll = name_server.get("pollSeconds")
+    return NameServerSpec(
+        tuple(a for a in addresses if isinstance(a, str)) if isinstance(addresses, list) else (),
+        float(poll)
+        if isinstance(poll, (int, float)) and not isinstance(poll, bool) and poll >= 1
+        else DEFAULT_POLL_SECONDS,
+    )
 
 
 def read_topic(

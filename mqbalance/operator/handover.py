@@ -33,33 +33,12 @@ published document ever gives a queue to two members.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument, Release
+from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSpec, Release
 from mqbalance.model import Assignment, MessageQueue, sort_queues
-
-
-class HandoverMode(enum.StrEnum):
-    OFF = "Off"
-    """One step: a queue goes to its new owner in the same generation that takes it away."""
-    RELEASE = "Release"
-    """Revoke, wait for the release (at most the timeout), then assign."""
-    ORDERLY = "Orderly"
-    """As Release, but an override also waits for the broker lock to expire or the pod to go."""
-
-
-DEFAULT_RELEASE_TIMEOUT = 30.0
-DEFAULT_BROKER_LOCK = 60.0
-"""RocketMQ's broker-side lock lifetime (``REBALANCE_LOCK_MAX_LIVE_TIME``), in seconds."""
-DEFAULT_LEASE = 20.0
-"""How long a member's grant lasts without a confirmed renewal, in seconds."""
-DEFAULT_RENEW = 5.0
-"""How often a member's sidecar renews its Lease, in seconds."""
-DEFAULT_LEASE_MARGIN = 5.0
-"""What the operator adds to ``leaseSeconds`` for the drift between its clock and the sidecar's."""
 
 
 class Alive(frozenset[str]):
@@ -80,39 +59,6 @@ class Alive(frozenset[str]):
 
     def __reduce__(self) -> Any:
         return (Alive, (frozenset(self), self.departed))
-
-
-@dataclass(frozen=True)
-class HandoverSpec:
-    mode: HandoverMode = HandoverMode.OFF
-    release_timeout: float = DEFAULT_RELEASE_TIMEOUT
-    broker_lock: float = DEFAULT_BROKER_LOCK
-    lease: float = DEFAULT_LEASE
-    """``leaseSeconds``: a member's sidecar stops serving its queues this long after its last
-    confirmed renewal (Release and Orderly only)."""
-    renew: float = DEFAULT_RENEW
-    """``renewSeconds``: how often the sidecar renews."""
-    lease_margin: float = DEFAULT_LEASE_MARGIN
-    """``leaseMarginSeconds``: added to ``lease`` for clock drift before anything is handed on."""
-
-    @property
-    def leased(self) -> bool:
-        """Whether members hold time-bounded grants (every mode but Off)."""
-        return self.mode is not HandoverMode.OFF
-
-    def expired_at(self, since: float) -> float:
-        """When every grant confirmed before ``since`` has surely expired: an owner cut off from
-        the API server since then serves nothing any more (Off: at once, there are no grants)."""
-        return since + (self.lease + self.lease_margin if self.leased else 0.0)
-
-    def override_at(self, since: float) -> float:
-        """When a revocation that nobody acknowledged may be overridden (if its owner still runs):
-        at the release timeout, never before the grants have expired, and in Orderly mode not
-        before the broker lock either."""
-        wait = self.release_timeout
-        if self.mode is HandoverMode.ORDERLY:
-            wait = max(wait, self.broker_lock)
-        return max(since + wait, self.expired_at(since))
 
 
 @dataclass(frozen=True)

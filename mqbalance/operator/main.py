@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from mqbalance.operator.nameserver import parse_addresses
 from mqbalance.operator.settings import OperatorConfig
+from mqbalance.rocketmq.nameserver import parse_addresses
 
 
 def parse_args(argv: Sequence[str]) -> OperatorConfig:
@@ -85,6 +85,33 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         help="time for one route request to one NameServer (default 3, the Java client's)",
     )
     parser.add_argument(
+        "--lag-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="read every group's offsets from its brokers this often, for status.lag and the lag metrics; "
+        "0 turns it off (default 30)",
+    )
+    parser.add_argument(
+        "--lag-timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="time for one offset request to one broker (default 3)",
+    )
+    parser.add_argument(
+        "--lag-requests-per-second",
+        type=float,
+        default=50.0,
+        metavar="N",
+        help="offset requests to brokers a second at most, over every group (default 50)",
+    )
+    parser.add_argument(
+        "--lag-queue-metrics",
+        action="store_true",
+        help="also export mqbalance_queue_lag, one series per queue of every group (many series)",
+    )
+    parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
     )
     parser.add_argument(
@@ -122,6 +149,12 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
             parse_addresses(args.name_server)
         except ValueError as e:
             parser.error(f"--name-server: {e}")
+    if args.lag_interval != 0 and not 1 <= args.lag_interval <= 3600:
+        parser.error("--lag-interval must be 0 (off) or from 1 to 3600 seconds")
+    if not 0 < args.lag_timeout <= 60:
+        parser.error("--lag-timeout must be more than 0 and at most 60 seconds")
+    if not 0 < args.lag_requests_per_second <= 10000:
+        parser.error("--lag-requests-per-second must be more than 0 and at most 10000")
     if not 0 < args.name_server_timeout <= 60:
         parser.error("--name-server-timeout must be more than 0 and at most 60 seconds")
     logging.basicConfig(
@@ -148,6 +181,10 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         debounce_override=args.debounce_override,
         name_server=args.name_server,
         name_server_timeout=args.name_server_timeout,
+        lag_interval=args.lag_interval,
+        lag_timeout=args.lag_timeout,
+        lag_rate=args.lag_requests_per_second,
+        lag_queue_metrics=args.lag_queue_metrics,
     )
 
 

@@ -11,7 +11,7 @@ Everything is registered on a registry passed in, never the global one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mqbalance.model import MessageQueue
 from mqbalance.operator.handover import Step
 from mqbalance.process_metrics import register_process_metrics
 
@@ -77,6 +78,83 @@ GROUP_GAUGES = (
         "invalid",
     ),
 )
+
+
+@dataclass(frozen=True)
+class LagFigures:
+    """One group's lag as the metrics show it (the lag loop's last reading)."""
+
+    total: int
+    consume_rate: float | None
+    """Messages a second committed; None until two readings in a row succeeded."""
+    produce_rate: float | None
+    members: tuple[tuple[str, int], ...]
+    """(member, lag) for every member of the published assignment."""
+    queues: tuple[tuple[MessageQueue, int], ...]
+    """(queue, lag); only with per-queue metrics on (--lag-queue-metrics)."""
+    available: bool
+    """Every broker answered."""
+    load_spread: float | None = None
+    """The busiest member's produce rate over the mean member's; None until rates are known."""
+
+
+class LagCollector(Collector):
+    """Lag per group and per member (bounded by the groups' sizes); per queue only when asked for."""
+
+    def __init__(self, source: Callable[[], Iterable[tuple[str, str, LagFigures]]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "group"]
+        total = GaugeMetricFamily(
+            "mqbalance_group_lag",
+            "Messages stored but not yet consumed by the group, over its topics' queues that could be read.",
+            labels=labels,
+        )
+        consume = GaugeMetricFamily(
+            "mqbalance_group_consume_rate",
+            "Messages a second the group committed between its last two offset readings.",
+            labels=labels,
+        )
+        produce = GaugeMetricFamily(
+            "mqbalance_group_produce_rate",
+            "Messages a second stored in the group's queues between its last two offset readings.",
+            labels=labels,
+        )
+        available = GaugeMetricFamily(
+            "mqbalance_group_lag_available",
+            "1 when every broker of the group's topics answered the last offset reading, else 0.",
+            labels=labels,
+        )
+        spread = GaugeMetricFamily(
+            "mqbalance_group_load_spread",
+            "The busiest member's produce rate over the mean member's in the published assignment (1: even).",
+            labels=labels,
+        )
+        member = GaugeMetricFamily(
+            "mqbalance_member_lag",
+            "Messages not yet consumed in the queues the published assignment gives the member.",
+            labels=[*labels, "member"],
+        )
+        queue = GaugeMetricFamily(
+            "mqbalance_queue_lag",
+            "Messages not yet consumed in one queue (only with --lag-queue-metrics).",
+            labels=[*labels, "topic", "broker", "queue"],
+        )
+        for namespace, group, f in self._source():
+            total.add_metric([namespace, group], float(f.total))
+            available.add_metric([namespace, group], float(f.available))
+            if f.consume_rate is not None:
+                consume.add_metric([namespace, group], f.consume_rate)
+            if f.produce_rate is not None:
+                produce.add_metric([namespace, group], f.produce_rate)
+            if f.load_spread is not None:
+                spread.add_metric([namespace, group], f.load_spread)
+            for name, lag in f.members:
+                member.add_metric([namespace, group, name], float(lag))
+            for mq, lag in f.queues:
+                queue.add_metric([namespace, group, mq.topic, mq.broker_name, str(mq.queue_id)], float(lag))
+        yield from (total, consume, produce, spread, available, member, queue)
 
 
 class GroupCollector(Collector):
@@ -147,6 +225,7 @@ class OperatorMetrics:
         registry: CollectorRegistry,
         groups: Callable[[], Iterable[GroupGauges]],
         leadership: Callable[[], Leadership] = lambda: UNELECTED,
+        lag: Callable[[], Iterable[tuple[str, str, LagFigures]]] = lambda: (),
     ) -> None:
         self.registry = registry
         register_process_metrics(registry, "operator")
@@ -201,8 +280,24 @@ class OperatorMetrics:
             "Events not posted because too many were waiting (more than 1000, as client-go's limit).",
             registry=registry,
         )
+        self.lag_requests = Counter(
+            "mqbalance_lag_requests",
+            "Offset requests (GET_CONSUME_STATS) to brokers and route reads that failed, by result "
+            "(ok, BrokerUnreachable, QueryRefused, NoRoute, NoNameServer).",
+            ["result"],
+            registry=registry,
+        )
         registry.register(GroupCollector(groups))
+        registry.register(LagCollector(lag))
         registry.register(LeadershipCollector(leadership))
+
+    def observe_lag_read(self, requests: int, failures: Sequence[str]) -> None:
+        """One group's offset reading: ``requests`` sent to brokers, ``failures`` by reason."""
+        broker_failures = sum(1 for r in failures if r in ("BrokerUnreachable", "QueryRefused"))
+        if requests - broker_failures > 0:
+            self.lag_requests.labels("ok").inc(requests - broker_failures)
+        for reason in failures:
+            self.lag_requests.labels(reason).inc()
 
     def observe_handover(self, step: Step) -> None:
         self.handover_revoked.inc(step.revoked)

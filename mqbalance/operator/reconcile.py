@@ -14,18 +14,25 @@ Rules:
   assignment stays in force;
 - no members is a real state: the group publishes an assignment with no members
   (so no sidecar keeps serving queues of pods that are gone), Ready=False and
-  Degraded=True.
+  Degraded=True;
+- STICKY with ``load`` balances the per-queue rates of the observation (``loads``), with the
+  hysteresis state the caller kept (``load_state``) in and the next one out; a generation
+  published only because load moved queues has reason ``load-imbalance``. Without rates it is
+  STICKY, except that an assignment whose members and queues did not change is kept as it is
+  (the one load balancing left, say, before an operator restart).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqbalance.contract import (
     Ack,
     AssignmentDocument,
+    HandoverMode,
+    HandoverSpec,
     LeaseTerms,
     Release,
     RouteNotRead,
@@ -34,33 +41,17 @@ from mqbalance.contract import (
     read_topic,
 )
 from mqbalance.journal import JournalRecord
-from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel, MessageQueue, TopicRoute, Zones
+from mqbalance.model import Assignment, MessageModel, MessageQueue, TopicRoute, Zones
 from mqbalance.operator.conditions import condition, condition_status, rfc3339
-from mqbalance.operator.conditions import set_condition as _set_condition
-from mqbalance.operator.handover import HandoverMode, HandoverSpec, Step, step, with_releasing
-from mqbalance.operator.membership import PodInfo, members, not_serving
+from mqbalance.operator.handover import Step, step, with_releasing
+from mqbalance.operator.membership import PodInfo, members
 from mqbalance.operator.spec import GroupSpec, parse_group, unknown_config_queues
+from mqbalance.operator.status import group_status, int_field, set_condition
 from mqbalance.quality import Figures, measure
-from mqbalance.strategies import AllocationError, allocate_group
+from mqbalance.strategies import AllocationError, LoadState, allocate_group, balance_group
 
-CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
-MAX_NOT_SERVING_LISTED = 10
-"""Pods listed by name in status.notServingPods; status.notServing counts them all."""
-
-
-def set_condition(
-    conditions: list[dict[str, Any]],
-    kind: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: float,
-    observed_generation: int,
-) -> list[dict[str, Any]]:
-    """A ConsumerGroup's conditions with ``kind`` set, in CONDITION_TYPES order."""
-    return _set_condition(
-        conditions, kind, status, reason, message, now, observed_generation, CONDITION_TYPES
-    )
+LOAD_IMBALANCE = "load-imbalance"
+"""The reason of a generation that STICKY with ``load`` published to even out measured traffic."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +82,13 @@ class Observed:
     a :class:`~mqbalance.operator.handover.Alive` also names those whose pod object is gone."""
     routes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Topic resource name -> ``status.route``, for the Topics that have one (read from a NameServer)."""
+    loads: Mapping[MessageQueue, float] | None = None
+    """STICKY with ``load``: each queue's measured produce rate (messages/s), None while unknown."""
+    load_state: LoadState = field(default_factory=LoadState)
+    """STICKY with ``load``: the hysteresis state before the sample ``loads`` is."""
+    load_target: Mapping[str, tuple[MessageQueue, ...]] | None = None
+    """STICKY with ``load``: the assignment it last computed (member -> queues of every topic), to
+    tell where a queue in a handover is going (the document names only its old owner)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +119,10 @@ class Outcome:
     """What the handover did in this reconcile (None when there is no handover to run)."""
     wake_at: float | None = None
     """Reconcile again at this (unix) time even if nothing changes: a release may time out then."""
+    load_state: LoadState | None = None
+    """STICKY with ``load`` and rates: the hysteresis state after this sample (None: keep the old)."""
+    load_target: Mapping[str, tuple[MessageQueue, ...]] | None = None
+    """STICKY with ``load``: the assignment computed (member -> queues), for ``Observed.load_target``."""
 
     @property
     def invalid(self) -> bool:
@@ -150,17 +152,24 @@ def reconcile(obs: Observed) -> Outcome:
     # Who held what before any handover now under way: the strategy's previous assignment.
     held_before = with_releasing(obs.previous) if obs.previous else None
     previous = merged(held_before, obs.previous.members) if obs.previous and held_before is not None else None
+    readable = {topic: qs for topic, qs in queues.items() if qs}
+    load_state: LoadState | None = None
+    by_load = spec.strategy.load is not None and spec.message_model is MessageModel.CLUSTERING
     try:
-        topics = allocate_group(
-            spec.strategy,
-            {topic: qs for topic, qs in queues.items() if qs},
-            member_zones,
-            zones=zones,
-            previous=previous,
-            message_model=spec.message_model,
-        )
+        if by_load:
+            topics, load_state = _balance(obs, spec, readable, member_zones, zones, previous)
+        else:
+            topics = allocate_group(
+                spec.strategy,
+                readable,
+                member_zones,
+                zones=zones,
+                previous=previous,
+                message_model=spec.message_model,
+            )
     except AllocationError as e:
         return _invalid(obs, "AllocationFailed", str(e), member_zones, spec)
+    load_target = merged(topics, member_zones) if by_load else None
     # A topic with no readable queue keeps its last assignment, as a RocketMQ client keeps its
     # queues when the route offers none (its strategy refuses an empty queue list).
     empty = sorted(topic for topic, qs in queues.items() if not qs)
@@ -170,7 +179,8 @@ def reconcile(obs: Observed) -> Outcome:
     topics = {route.topic: topics[route.topic] for route in routes}
 
     generation = (
-        max(obs.previous.generation if obs.previous else 0, _int(obs.status.get("assignmentGeneration"))) + 1
+        max(obs.previous.generation if obs.previous else 0, int_field(obs.status.get("assignmentGeneration")))
+        + 1
     )
     handover: Step | None = None
     releasing: tuple[Release, ...] = ()
@@ -194,6 +204,10 @@ def reconcile(obs: Observed) -> Outcome:
         and (handover.released or handover.gone or handover.overridden)
     ):
         reason = "released"
+    if reason == "resync" and load_target is not None and previous is not None:
+        held_then = {m: set(qs) for m, qs in previous.items() if qs}
+        if {m: set(qs) for m, qs in load_target.items() if qs} != held_then:
+            reason = LOAD_IMBALANCE  # nothing else changed: the strategy moved queues for load
     candidate = AssignmentDocument(
         group=spec.group_name,
         generation=generation,
@@ -225,7 +239,7 @@ def reconcile(obs: Observed) -> Outcome:
 
     if not changed:
         assert obs.previous is not None
-        status = _status(
+        status = group_status(
             obs,
             obs.previous.generation,
             figures,
@@ -237,10 +251,21 @@ def reconcile(obs: Observed) -> Outcome:
             None,
             handover,
         )
-        return Outcome(None, status, recovered, members=member_zones, spec=spec, wake_at=wake_at)
+        return Outcome(
+            None,
+            status,
+            recovered,
+            members=member_zones,
+            spec=spec,
+            wake_at=wake_at,
+            load_state=load_state,
+            load_target=load_target,
+        )
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
-    status = _status(obs, generation, figures, current, member_zones, spec, warnings, empty, last, handover)
+    status = group_status(
+        obs, generation, figures, current, member_zones, spec, warnings, empty, last, handover
+    )
     record = JournalRecord(
         namespace=obs.namespace,
         group=spec.group_name,
@@ -262,7 +287,73 @@ def reconcile(obs: Observed) -> Outcome:
         f"loads {figures.min_load}-{figures.max_load}, {figures.moved} moved, {figures.cross_zone} cross-zone"
     )
     notes = (*recovered, *handover_notes(handover, spec.handover), Note("Normal", "Rebalanced", message))
-    return Outcome(candidate, status, notes, record, figures, member_zones, spec, handover, wake_at)
+    return Outcome(
+        candidate,
+        status,
+        notes,
+        record,
+        figures,
+        member_zones,
+        spec,
+        handover,
+        wake_at,
+        load_state,
+        load_target,
+    )
+
+
+def _balance(
+    obs: Observed,
+    spec: GroupSpec,
+    topics: Mapping[str, Sequence[MessageQueue]],
+    member_zones: Mapping[str, str],
+    zones: Zones,
+    previous: Assignment | None,
+) -> tuple[dict[str, dict[str, tuple[MessageQueue, ...]]], LoadState | None]:
+    """STICKY with ``load``: the assignment, and the hysteresis state after ``obs.loads`` (None
+    without rates: the state stays as it was)."""
+    if previous is not None and obs.previous is not None and obs.previous.releasing and obs.load_target:
+        # A handover under way: its revoked queues count where the last balancing sent them, so
+        # that the balancing sees its own move and does not undo it.
+        going = {mq: m for m, qs in obs.load_target.items() if m in member_zones for mq in qs}
+        revoked = {mq for r in obs.previous.releasing for mq in r.queues}
+        moved = {mq: going[mq] for mq in revoked if mq in going}
+        previous = {
+            m: tuple(mq for mq in qs if mq not in moved) + tuple(q for q, to in moved.items() if to == m)
+            for m, qs in previous.items()
+        }
+    if obs.loads is not None:
+        return balance_group(
+            spec.strategy,
+            topics,
+            member_zones,
+            loads=obs.loads,
+            state=obs.load_state,
+            zones=zones,
+            previous=previous,
+            message_model=spec.message_model,
+        )
+    everything = {mq for qs in topics.values() for mq in qs}
+    held = {mq for qs in (previous or {}).values() for mq in qs}
+    if previous is not None and set(previous) == set(member_zones) and held == everything:
+        # Nothing to rebalance for: keep what is held (zero loads move nothing but the count bounds).
+        kept, _ = balance_group(
+            spec.strategy,
+            topics,
+            member_zones,
+            loads={},
+            zones=zones,
+            previous=previous,
+            message_model=spec.message_model,
+        )
+        return kept, None
+    plain = replace(spec.strategy, load=None)
+    return (
+        allocate_group(
+            plain, topics, member_zones, zones=zones, previous=previous, message_model=spec.message_model
+        ),
+        None,
+    )
 
 
 def handover_notes(handover: Step | None, spec: HandoverSpec) -> list[Note]:
@@ -373,7 +464,9 @@ def _invalid(
     """Keep the published assignment and its figures; say why nothing new can be published."""
     status = dict(obs.status)
     conditions = list(obs.status.get("conditions") or [])
-    generation = obs.previous.generation if obs.previous else _int(obs.status.get("assignmentGeneration"))
+    generation = (
+        obs.previous.generation if obs.previous else int_field(obs.status.get("assignmentGeneration"))
+    )
     kept = f"generation {generation} stays in force" if generation else "nothing is published yet"
     conditions = set_condition(conditions, "Invalid", "True", reason, message, obs.now, obs.generation)
     conditions = set_condition(
@@ -394,166 +487,3 @@ def _invalid(
     if not old or old.get("status") != "True" or old.get("message") != message:
         notes = (Note("Warning", reason, message),)
     return Outcome(None, status, notes, members=member_zones, spec=spec)
-
-
-def _status(
-    obs: Observed,
-    generation: int,
-    f: Figures,
-    current: Assignment,
-    member_zones: Mapping[str, str],
-    spec: GroupSpec,
-    warnings: list[str],
-    empty: list[str],
-    last_rebalance: dict[str, Any] | None,
-    handover: Step | None = None,
-) -> dict[str, Any]:
-    pending = sum(len(r.queues) for r in handover.releasing) if handover else 0
-    unassigned = f.unassigned - pending  # queues in a handover have no owner by design
-    zones: dict[str, int] = {}
-    for zone in member_zones.values():
-        zones[zone] = zones.get(zone, 0) + 1
-    idle_pods = not_serving(obs.pods, spec.selector)
-    why = not_serving_summary(idle_pods)
-    conds = list(obs.status.get("conditions") or [])
-    now, gen = obs.now, obs.generation
-    conds = set_condition(conds, "Invalid", "False", "Valid", "the spec can be honoured", now, gen)
-    if f.members:
-        conds = set_condition(
-            conds,
-            "Ready",
-            "True",
-            "Published",
-            f"generation {generation} serves {f.members} members" + (f"; {why}" if why else ""),
-            now,
-            gen,
-        )
-    else:
-        conds = set_condition(
-            conds,
-            "Ready",
-            "False",
-            "NoMembers",
-            "no pod matching the selector is Running and Ready" + (f"; {why}" if why else ""),
-            now,
-            gen,
-        )
-    if not f.members:
-        conds = set_condition(conds, "Balanced", "Unknown", "NoMembers", "no members to balance", now, gen)
-    elif spec.message_model is MessageModel.BROADCASTING:
-        conds = set_condition(
-            conds, "Balanced", "True", "Broadcasting", "every member holds every queue", now, gen
-        )
-    elif f.spread <= 1 and f.topic_spread <= 1:
-        conds = set_condition(
-            conds,
-            "Balanced",
-            "True",
-            "EvenLoads",
-            f"loads {f.min_load}-{f.max_load} queues over all topics; each topic within one",
-            now,
-            gen,
-        )
-    elif f.topic_spread > 1:
-        conds = set_condition(
-            conds,
-            "Balanced",
-            "False",
-            "UnevenTopicLoads",
-            f"within one topic, members' loads differ by up to {f.topic_spread} queues",
-            now,
-            gen,
-        )
-    else:
-        conds = set_condition(
-            conds,
-            "Balanced",
-            "False",
-            "UnevenLoads",
-            f"each topic is within one, but loads over all topics range from {f.min_load} to "
-            f"{f.max_load} queues (STICKY balances the total too)",
-            now,
-            gen,
-        )
-    idle = sum(1 for qs in current.values() if not qs)
-    problems: list[tuple[str, str]] = []
-    if not f.members:
-        problems.append(("NoMembers", f"{f.queues} queues have no member to consume them"))
-    elif unassigned:
-        problems.append(("UnassignedQueues", f"{unassigned} of {f.queues} queues are assigned to no member"))
-    if f.members and spec.message_model is MessageModel.CLUSTERING and f.members > f.queues:
-        problems.append(
-            ("IdleMembers", f"{f.members} members for {f.queues} queues: {idle} members hold none")
-        )
-    if empty:
-        problems.append(
-            (
-                "NoReadableQueues",
-                f"topic(s) {', '.join(empty)} have no readable queue; their last assignment stays",
-            )
-        )
-    if warnings:
-        problems.append(
-            ("ConfigMismatch", f"spec.strategy.config names queues no topic has: {', '.join(warnings)}")
-        )
-    if problems:
-        reason = problems[0][0]
-        conds = set_condition(conds, "Degraded", "True", reason, "; ".join(m for _, m in problems), now, gen)
-    else:
-        conds = set_condition(
-            conds, "Degraded", "False", "AllQueuesServed", "every queue has a member", now, gen
-        )
-    status: dict[str, Any] = {
-        "observedGeneration": gen,
-        "assignmentGeneration": generation,
-        "assignmentConfigMap": configmap_name(obs.name),
-        "members": f.members,
-        "queues": f.queues,
-        "minLoad": f.min_load,
-        "maxLoad": f.max_load,
-        "topicSpread": f.topic_spread,
-        "crossZoneQueues": f.cross_zone,
-        "unassignedQueues": unassigned,
-        "unknownZoneMembers": sorted(m for m, z in member_zones.items() if z == UNKNOWN_ZONE),
-        "notServing": len(idle_pods),
-        "notServingPods": [
-            {"name": p.name, "reason": p.reason, "message": p.message}
-            for p in idle_pods[:MAX_NOT_SERVING_LISTED]
-        ],
-        "zones": dict(sorted(zones.items())),
-        "lastRebalance": last_rebalance or dict(obs.status.get("lastRebalance") or {}),
-        "conditions": conds,
-    }
-    if not status["lastRebalance"]:
-        del status["lastRebalance"]
-    if handover is not None:
-        before = obs.status.get("handover") or {}
-        overridden = _int(before.get("overriddenQueues")) + handover.overridden
-        status["handover"] = {
-            "mode": spec.handover.mode.value,
-            "releasingQueues": pending,
-            "waitingFor": list(handover.waiting_for),
-            "overriddenQueues": overridden,
-        }
-        if handover.releasing:
-            status["handover"]["since"] = rfc3339(min(r.since for r in handover.releasing))
-    return status
-
-
-def not_serving_summary(pods: Sequence[PodInfo]) -> str:
-    """E.g. "2 matching pods not serving: 1 CrashLoopBackOff (a-1), 1 NodeNotReady (a-2)"; "" for none."""
-    if not pods:
-        return ""
-    by_reason: dict[str, list[str]] = {}
-    for pod in pods:
-        by_reason.setdefault(pod.reason or "Unknown", []).append(pod.name)
-    parts = []
-    for reason, names in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        parts.append(f"{len(names)} {reason} ({shown})")
-    noun = "pod" if len(pods) == 1 else "pods"
-    return f"{len(pods)} matching {noun} not serving: {', '.join(parts)}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -25,9 +25,11 @@ from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_B
 from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, compact, default_identity
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
+from mqbalance.operator.lagpoll import LagPoller, LagSettings
 from mqbalance.operator.membership import pod_info
 from mqbalance.operator.metrics import Leadership, OperatorMetrics, create_app, serve
 from mqbalance.operator.nameserver import RouteReader
+from mqbalance.operator.offsets import OffsetReader
 from mqbalance.operator.scopes import NamespaceScopes
 from mqbalance.operator.settings import OperatorConfig
 from mqbalance.operator.shards import ShardChanges, Shards, ShardSetCheck, run_shards
@@ -58,6 +60,7 @@ class Runtime:
         self._shards: Shards | None = None
         self._scopes: NamespaceScopes | None = None
         self.controller: Controller | None = None
+        self.lag: LagPoller | None = None
         self.standby = bool(config.leader_election) and config.shards == 1
 
     async def start(self, stop: asyncio.Event) -> None:
@@ -70,7 +73,10 @@ class Runtime:
         registry = CollectorRegistry()
         writer = Writer(client)
         metrics = OperatorMetrics(
-            registry, lambda: self.controller.gauges() if self.controller else [], self.leadership
+            registry,
+            lambda: self.controller.gauges() if self.controller else [],
+            self.leadership,
+            lambda: self.controller.lag_gauges() if self.controller else [],
         )
         writer.on_event_dropped = metrics.events_dropped.inc
         self.controller = Controller(
@@ -144,6 +150,12 @@ class Runtime:
         tasks.append(asyncio.create_task(wait_synced(controller, informers), name="synced"))
         tasks += [asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)]
         tasks.append(asyncio.create_task(writer.run_event_poster(), name="events"))
+        if config.lag_interval > 0:  # its own loop: never on a reconcile's path
+            reader = OffsetReader(config.name_server, config.lag_timeout, config.lag_rate)
+            self.lag = LagPoller(
+                controller, reader, LagSettings(config.lag_interval, config.lag_queue_metrics)
+            )
+            tasks.append(asyncio.create_task(self.lag.run(), name="lag"))
         self._tasks += tasks
         if elector is not None:
             await elector.hold()

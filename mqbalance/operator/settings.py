@@ -35,3 +35,11 @@ class OperatorConfig:
     """NameServer addresses (``a:9876;b:9876``) for Topics whose spec.nameServer names none."""
     name_server_timeout: float = 3.0
     """Seconds for one route request to one NameServer."""
+    lag_interval: float = 30.0
+    """Seconds between two readings of every group's offsets from its brokers; 0: lag is not read."""
+    lag_timeout: float = 3.0
+    """Seconds for one offset request to one broker."""
+    lag_rate: float = 50.0
+    """Offset requests a second at most, over all groups and brokers."""
+    lag_queue_metrics: bool = False
+    """Export mqbalance_queue_lag: one series per queue of every group."""

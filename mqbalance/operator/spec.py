@@ -13,22 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbalance.contract import MAX_GROUP_NAME, SpecError, read_strategy
+from mqbalance.contract import MAX_GROUP_NAME, HandoverSpec, SpecError, read_handover, read_strategy
 from mqbalance.model import MessageModel, StrategySpec, TopicRoute
-from mqbalance.operator.handover import (
-    DEFAULT_BROKER_LOCK,
-    DEFAULT_LEASE,
-    DEFAULT_LEASE_MARGIN,
-    DEFAULT_RELEASE_TIMEOUT,
-    DEFAULT_RENEW,
-    HandoverMode,
-    HandoverSpec,
-)
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
 DEFAULT_DEBOUNCE_SECONDS = 2.0
-LEASE_RENEWALS = 2
-"""spec.handover.leaseSeconds must be at least this many renewSeconds (a renewal may fail or be late)."""
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
@@ -141,7 +130,7 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
     debounce = spec.get("debounceSeconds", DEFAULT_DEBOUNCE_SECONDS)
     if not isinstance(debounce, int | float) or isinstance(debounce, bool) or not 0 <= debounce <= 600:
         raise SpecError(f"spec.debounceSeconds is {debounce!r}; use a number of seconds from 0 to 600")
-    handover = parse_handover(spec.get("handover") or {}, model)
+    handover = read_handover(spec.get("handover") or {}, model)
     group_name = spec.get("groupName") or resource_name
     return GroupSpec(
         group_name=group_name,
@@ -155,46 +144,19 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
     )
 
 
-def parse_handover(data: Any, model: MessageModel) -> HandoverSpec:
-    """``spec.handover``: how queues change owner (Off, the default, keeps the one-step hand-over)."""
-    if not isinstance(data, Mapping):
-        raise SpecError("spec.handover must be an object with a mode (Off, Release or Orderly)")
+def subscribed_topics(spec: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The names ``spec.topics`` lists, read even when the spec is invalid: a Topic named there
+    may be what makes the group valid again."""
+    topics = spec.get("topics") if isinstance(spec, Mapping) else None
+    return tuple(t for t in topics if isinstance(t, str)) if isinstance(topics, list) else ()
+
+
+def selector_or_none(spec: Mapping[str, Any] | None) -> LabelSelector | None:
+    """``spec.selector``, to narrow the pods looked at; None (every pod) when it does not parse."""
     try:
-        mode = HandoverMode(data.get("mode") or HandoverMode.OFF)
-    except ValueError:
-        raise SpecError(f"spec.handover.mode is {data.get('mode')!r}; use Off, Release or Orderly") from None
-    if mode is not HandoverMode.OFF and model is MessageModel.BROADCASTING:
-        raise SpecError(
-            "spec.handover.mode applies to CLUSTERING only (in BROADCASTING every member holds every queue); "
-            "set it to Off"
-        )
-    values = []
-    for key, default, low, high in (
-        ("releaseTimeoutSeconds", DEFAULT_RELEASE_TIMEOUT, 1, 3600),
-        ("brokerLockSeconds", DEFAULT_BROKER_LOCK, 0, 3600),
-        ("leaseSeconds", DEFAULT_LEASE, 1, 3600),
-        ("renewSeconds", DEFAULT_RENEW, 1, 1800),
-    ):
-        value = data.get(key, default)
-        if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
-            raise SpecError(
-                f"spec.handover.{key} is {value!r}; use a number of seconds from {low:g} to {high}"
-            )
-        values.append(float(value))
-    timeout, lock, lease, renew = values
-    margin = data.get("leaseMarginSeconds", DEFAULT_LEASE_MARGIN)
-    if not isinstance(margin, int | float) or isinstance(margin, bool) or not 0 < margin <= 600:
-        raise SpecError(
-            f"spec.handover.leaseMarginSeconds is {margin!r}; use a number of seconds more than 0 and "
-            "at most 600: it covers the drift between the operator's and the sidecars' clocks (5 by default)"
-        )
-    if lease < LEASE_RENEWALS * renew:
-        raise SpecError(
-            f"spec.handover.leaseSeconds ({lease:g}) must be at least {LEASE_RENEWALS} x renewSeconds "
-            f"({renew:g}), so that one late or failed renewal does not stop a healthy member: "
-            f"raise leaseSeconds to {LEASE_RENEWALS * renew:g} or more, or lower renewSeconds"
-        )
-    return HandoverSpec(mode, timeout, lock, lease, renew, float(margin))
+        return parse_selector(spec.get("selector") if isinstance(spec, Mapping) else None)
+    except SpecError:
+        return None
 
 
 def unknown_config_queues(strategy: StrategySpec, routes: Mapping[str, TopicRoute]) -> list[str]:

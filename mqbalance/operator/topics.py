@@ -26,9 +26,6 @@ from mqbalance.operator.conditions import set_condition
 
 CONDITION_TYPES = ("RouteAvailable", "RouteInSync")
 
-DEFAULT_POLL_SECONDS = 30.0
-"""How often a NameServer route is read again: the Java client's pollNameServerInterval."""
-
 
 @dataclass(frozen=True)
 class RouteRead:
@@ -135,22 +132,6 @@ def route_drift(entries: Sequence[BrokerEntry], brokers: Sequence[Broker]) -> li
                 f"brokers {', '.join(unnamed)} are in the route but not in spec.brokers (zone unknown)"
             )
     return drift
-
-
-def poll_seconds(spec: Mapping[str, Any] | None) -> float:
-    """``spec.nameServer.pollSeconds``, or the default when absent or unreadable."""
-    name_server = spec.get("nameServer") if isinstance(spec, Mapping) else None
-    value = name_server.get("pollSeconds") if isinstance(name_server, Mapping) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
-        return float(value)
-    return DEFAULT_POLL_SECONDS
-
-
-def name_server_addresses(spec: Mapping[str, Any] | None) -> list[str]:
-    """``spec.nameServer.addresses`` (empty: the operator's own NameServer)."""
-    name_server = spec.get("nameServer") if isinstance(spec, Mapping) else None
-    addresses = name_server.get("addresses") if isinstance(name_server, Mapping) else None
-    return [a for a in addresses if isinstance(a, str)] if isinstance(addresses, list) else []
 
 
 def _counts(brokers: Sequence[Broker]) -> dict[str, int]:

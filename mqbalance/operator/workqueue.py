@@ -4,8 +4,10 @@ Keys of a lower ``priority`` go first (the operator publishes groups before it w
 status, which nothing waits for).
 
 Delayed adds (debounce windows, retries) keep the earliest time asked for, so a burst of
-changes inside a window becomes one reconcile at its end. Time comes from an injected
-:class:`Timer`, so tests drive it by hand.
+changes inside a window becomes one reconcile at its end. A key whose processing failed goes
+back with :meth:`WorkQueue.add_rate_limited`, after a backoff that doubles with each failure in
+a row until :meth:`WorkQueue.forget_failures` (controller-runtime's AddRateLimited and Forget).
+Time comes from an injected :class:`Timer`, so tests drive it by hand.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+BASE_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 60.0
 
 
 class Timer(Protocol):
@@ -44,6 +49,7 @@ class WorkQueue(Generic[K]):
         self._again: set[K] = set()
         self._delayed: dict[K, tuple[float, asyncio.TimerHandle | None]] = {}
         self._getters: deque[asyncio.Future[K]] = deque()
+        self._failures: dict[K, int] = {}
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -104,8 +110,26 @@ class WorkQueue(Generic[K]):
         pending = self._delayed.get(key)
         return pending[0] if pending is not None else None
 
+    def add_rate_limited(self, key: K) -> float:
+        """Process ``key`` again after its backoff (1 s, doubling with each failure in a row, at
+        most 60 s); returns that delay."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        delay = min(BASE_BACKOFF_SECONDS * 2.0 ** (failures - 1), MAX_BACKOFF_SECONDS)
+        self.add_after(key, delay)
+        return delay
+
+    def forget_failures(self, key: K) -> None:
+        """``key`` was processed: its next failure backs off from the start again."""
+        self._failures.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        """Failures of ``key`` in a row."""
+        return self._failures.get(key, 0)
+
     def forget(self, key: K) -> None:
-        """Drop a delayed or queued ``key`` (its object is gone)."""
+        """Drop a delayed or queued ``key`` and its failures (its object is gone)."""
+        self._failures.pop(key, None)
         pending = self._delayed.pop(key, None)
         if pending is not None and pending[1] is not None:
             pending[1].cancel()

@@ -280,3 +280,18 @@ class Writer:
                 await self.client.create(path, self.event_body(pending))
             except ApiError as e:
                 logger.debug("event %s on %s not posted: %s", pending.reason, pending.name, e)
+
+
+def merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch from ``old`` to ``new``; keys that disappeared become null, else they would stay."""
+    patch: dict[str, Any] = {}
+    old = old or {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            patch[key] = merge_patch(before, value)
+        elif value != before or key not in old:
+            patch[key] = value
+    return patch

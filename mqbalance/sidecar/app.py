@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mqbalance.contract import Ack, releases_configmap_name
+from mqbalance.contract import Ack, HandoverMode, releases_configmap_name
 from mqbalance.kube import ApiError as KubeApiError
 from mqbalance.model import MessageQueue
 from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector, wall_ms
@@ -368,7 +368,7 @@ async def release(request: web.Request) -> web.Response:
     group.acked = ack
     answer: dict[str, Any] = {"group": group.resource, "generation": generation, "all": ack.all}
     recorder = request.app[RECORDER]
-    if served.document.handover == "Off":
+    if served.document.handover == HandoverMode.OFF:
         return web.json_response({**answer, "recorded": False, "reason": "handover is Off for this group"})
     if recorder is None:
         reason = "the assignment comes from a file: there is no API to record the release in"

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument, LeaseTerms
+from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, LeaseTerms
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.metrics import SidecarMetrics
@@ -102,7 +102,7 @@ def member_view(resource: str, member: str, doc: AssignmentDocument, received_at
             for topic, topic_queues in sorted(queues.items())
         },
     }
-    if doc.handover != "Off":
+    if doc.handover != HandoverMode.OFF:
         view["handover"] = doc.handover
         # Revoked from this pod and held by nobody until it releases them: stop fetching them, commit
         # their offsets, then POST /v1/release.
@@ -270,7 +270,7 @@ class GroupState:
     def drained(self) -> bool:
         """Nothing left to hand over: no handover, or this pod holds nothing and releases nothing."""
         served = self.served
-        if served is None or served.document.handover == "Off":
+        if served is None or served.document.handover == HandoverMode.OFF:
             return True
         doc = served.document
         holds = any(doc.queues_of(self.member).values())

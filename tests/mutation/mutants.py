@@ -3,7 +3,7 @@
 A mutant is a function that monkeypatches the operator's modules in the process about to run it
 (``tests/mutation/operator_mutant.py``); nothing here is ever imported by the product. Each patch
 replaces the name where its caller looks it up (``reconcile`` imports ``step`` and ``members`` by
-name, ``controller`` imports ``reconcile``), and wraps the original instead of copying its code, so
+name, ``group_reconciler`` imports ``reconcile``), and wraps the original instead of copying its code, so
 the mutants follow the product as it changes. :data:`MUTANTS` lists them with the tests that must
 fail under each (``tests/mutation/test_mutants.py`` runs them; docs/reliability.md, "Mutation runs").
 """
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument
+from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSpec
 from mqbalance.model import Assignment, MessageQueue
-from mqbalance.operator import controller, handover, membership, reconcile
-from mqbalance.operator.handover import HandoverMode, HandoverSpec, Step
+from mqbalance.operator import group_reconciler, handover, membership, reconcile
+from mqbalance.operator.handover import Step
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.spec import LabelSelector
 
@@ -151,7 +151,7 @@ def queue_to_two_members() -> None:
             return outcome
         return dataclasses.replace(outcome, document=_queue_twice(outcome.document))
 
-    _patch(controller, "reconcile", mutated)  # the name the controller calls
+    _patch(group_reconciler, "reconcile", mutated)  # the name the group reconciler calls
 
 
 _previous_members: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
@@ -184,7 +184,7 @@ def departed_member_kept() -> None:
             _previous_members.reset(token)
 
     _patch(reconcile, "members", members)  # the name reconcile() calls
-    _patch(controller, "reconcile", mutated)
+    _patch(group_reconciler, "reconcile", mutated)
 
 
 @dataclass(frozen=True)

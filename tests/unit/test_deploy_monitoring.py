@@ -177,6 +177,7 @@ def test_dashboard_shows_what_operators_need() -> None:
         "mqbalance_group_cross_zone_queues",  # cross-zone queues
         "mqbalance_sidecar_propagation_delay_seconds_bucket",  # propagation delay
         "mqbalance_sidecar_broker_available",  # producer broker availability
+        "mqbalance_member_lag",  # lag per member
     }
     assert wanted - queried == set()
 
@@ -205,6 +206,7 @@ def test_alerts_requested_by_the_design_exist() -> None:
         "MqbalanceBrokerIsolated",
         "MqbalanceOperatorAbsent",
         "MqbalanceNoLeader",
+        "MqbalanceLagGrowing",
     } <= alerts
     for group in rule_groups():
         for rule in group["rules"]:

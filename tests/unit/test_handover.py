@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbalance.contract import Ack, AssignmentDocument, Release
+from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSpec, Release
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec
-from mqbalance.operator.handover import HandoverMode, HandoverSpec, Step, step, with_releasing
+from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.strategies import allocate
 
 QUEUES = [MessageQueue("t", "b", i) for i in range(8)]

@@ -8,10 +8,18 @@ from typing import Any
 
 import pytest
 
-from mqbalance.contract import Ack, AssignmentDocument, LeaseTerms, Release, SpecError
+from mqbalance.contract import (
+    Ack,
+    AssignmentDocument,
+    HandoverMode,
+    HandoverSpec,
+    LeaseTerms,
+    Release,
+    SpecError,
+    read_handover,
+)
 from mqbalance.model import MessageModel, MessageQueue
-from mqbalance.operator.handover import Alive, HandoverMode, HandoverSpec, step
-from mqbalance.operator.spec import parse_handover
+from mqbalance.operator.handover import Alive, step
 
 Q = [MessageQueue("t", "b", i) for i in range(4)]
 
@@ -30,9 +38,9 @@ def doc(
 
 
 def test_defaults_fill_in_lease_renew_and_margin() -> None:
-    spec = parse_handover({"mode": "Release"}, MessageModel.CLUSTERING)
+    spec = read_handover({"mode": "Release"}, MessageModel.CLUSTERING)
     assert (spec.lease, spec.renew, spec.lease_margin) == (20.0, 5.0, 5.0)
-    spec = parse_handover(
+    spec = read_handover(
         {"mode": "Orderly", "leaseSeconds": 4, "renewSeconds": 1, "leaseMarginSeconds": 0.5},
         MessageModel.CLUSTERING,
     )
@@ -55,7 +63,7 @@ def test_defaults_fill_in_lease_renew_and_margin() -> None:
 )
 def test_bad_lease_fields_are_refused_saying_what_to_fix(fields: dict[str, Any], says: str) -> None:
     with pytest.raises(SpecError, match=says.replace("(", r"\(").replace(")", r"\)")):
-        parse_handover({"mode": "Release", **fields}, MessageModel.CLUSTERING)
+        read_handover({"mode": "Release", **fields}, MessageModel.CLUSTERING)
 
 
 def test_a_bad_lease_makes_the_group_invalid_with_reason_invalid_spec() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mqbalance.operator import nameserver
-from mqbalance.operator.nameserver import NameServerClient, NameServerUnreachable, TopicNotFound
-from mqbalance.remoting import RemotingCommand, decode
+from mqbalance.rocketmq import nameserver
+from mqbalance.rocketmq.nameserver import NameServerClient, NameServerUnreachable, TopicNotFound
+from mqbalance.rocketmq.remoting import RemotingCommand, decode
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq"
 ROUTE = decode((FIXTURES / "5.3.3-route-orders.bin").read_bytes())

@@ -19,13 +19,15 @@ from prometheus_client import CollectorRegistry
 from mqbalance.contract import Ack, configmap_name
 from mqbalance.kube import ApiError, Conflict
 from mqbalance.model import Broker
-from mqbalance.operator.controller import LEGACY_FINALIZER, Controller, work_priority
+from mqbalance.operator.controller import Controller
+from mqbalance.operator.group_reconciler import LEGACY_FINALIZER
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.spec import LabelSelector, Requirement
 from mqbalance.operator.topics import RouteRead, topic_status
 from mqbalance.operator.workqueue import WorkQueue
+from mqbalance.operator.world import work_priority
 from mqbalance.operator.writes import Writer
 
 pytestmark = pytest.mark.asyncio

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from mqbalance.operator.membership import MAX_MESSAGE, PodInfo, not_serving, pod_info
-from mqbalance.operator.reconcile import MAX_NOT_SERVING_LISTED, Observed, not_serving_summary, reconcile
+from mqbalance.operator.reconcile import Observed, reconcile
 from mqbalance.operator.spec import parse_selector
+from mqbalance.operator.status import MAX_NOT_SERVING_LISTED, not_serving_summary
 
 TOPIC = {"topicName": "T", "brokers": [{"name": "b1", "zone": "z1", "readQueueNums": 4, "writeQueueNums": 4}]}
 

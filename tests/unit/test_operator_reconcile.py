@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 from mqbalance.model import MessageQueue
-from mqbalance.operator.controller import merge_patch
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
+from mqbalance.operator.writes import merge_patch
 
 T0 = 1_800_000_000.0
 TOPIC = {"topicName": "T", "brokers": [{"name": "b1", "zone": "z1", "readQueueNums": 4, "writeQueueNums": 4}]}

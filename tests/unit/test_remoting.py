@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mqbalance.model import PERM_READ, UNKNOWN_ZONE, Broker
-from mqbalance.remoting import (
+from mqbalance.rocketmq.remoting import (
     FLAG_RESPONSE,
     FrameError,
     RemotingCommand,

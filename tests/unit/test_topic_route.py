@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from mqbalance.contract import RouteNotRead, SpecError, read_topic
+from mqbalance.contract import NameServerSpec, RouteNotRead, SpecError, read_name_server, read_topic
 from mqbalance.contract.topic import route_status
 from mqbalance.model import UNKNOWN_ZONE, Broker
-from mqbalance.operator.topics import RouteRead, poll_seconds, topic_status
+from mqbalance.operator.topics import RouteRead, topic_status
 
 NAME_SERVER = {"nameServer": {"addresses": ["10.0.0.5:9876"]}}
 READ = RouteRead((Broker("a", 4, 4), Broker("b", 2, 2, perm=4)), address="10.0.0.5:9876")
@@ -121,8 +121,8 @@ def test_a_hand_written_topic_reports_its_route_or_what_is_wrong() -> None:
 
 
 def test_poll_seconds_default_to_the_java_clients_interval() -> None:
-    assert poll_seconds(NAME_SERVER) == 30.0
-    assert poll_seconds({"nameServer": {"pollSeconds": 5}}) == 5.0
+    assert read_name_server(NAME_SERVER) == NameServerSpec(("10.0.0.5:9876",), 30.0)
+    assert read_name_server({"nameServer": {"pollSeconds": 5}}) == NameServerSpec((), 5.0)
 
 
 ZONED = RouteRead((Broker("a", 4, 4, zone="zone-a"), Broker("b", 2, 2), Broker("c", 1, 1, zone="zone-c")))

@@ -1,5 +1,5 @@
 """The keyed work queue: one worker per key, a key queued once, re-run after its run when added
-meanwhile, the earliest of several delays, lower priorities first."""
+meanwhile, the earliest of several delays, lower priorities first, backoff after failures."""
 
 from __future__ import annotations
 
@@ -82,3 +82,22 @@ async def test_a_waiting_worker_is_handed_the_key_and_a_cancelled_one_gives_it_b
     queue.add("z")
     assert len(queue) == 1
     assert await queue.get() == "z"
+
+
+async def test_a_failing_key_backs_off_doubling_to_a_minute_until_it_succeeds() -> None:
+    timer = HandTimer()
+    queue: WorkQueue[str] = WorkQueue(timer)
+    delays = []
+    for _ in range(8):
+        delays.append(queue.add_rate_limited("k"))
+        assert queue.due_at("k") == timer.now() + delays[-1]
+        timer.advance(delays[-1])
+        assert await queue.get() == "k"
+        queue.done("k")
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert queue.failures("k") == 8
+    queue.forget_failures("k")  # processed: the next failure starts over
+    assert queue.add_rate_limited("k") == 1.0
+    queue.forget("k")  # its object is gone: so are its failures
+    assert queue.failures("k") == 0
+    assert queue.due_at("k") is None

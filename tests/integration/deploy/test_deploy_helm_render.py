@@ -207,6 +207,33 @@ def test_name_servers_render_one_flag_joined_with_semicolons(helm: Path) -> None
     ]
 
 
+def test_lag_settings_render_the_operator_flags_it_accepts(helm: Path) -> None:
+    _, container = _operator_container(render(helm))
+    assert not [a for a in container["args"] if a.startswith("--lag")]
+    values = [
+        "--set-json", "operator.lag.intervalSeconds=10",
+        "--set-json", "operator.lag.timeoutSeconds=1.5",
+        "--set-json", "operator.lag.requestsPerSecond=20",
+        "--set", "operator.lag.queueMetrics=true",
+    ]  # fmt: skip
+    _, container = _operator_container(render(helm, *values))
+    flags = [a for a in container["args"] if a.startswith("--lag")]
+    assert flags == [
+        "--lag-interval=10",
+        "--lag-timeout=1.5",
+        "--lag-requests-per-second=20",
+        "--lag-queue-metrics",
+    ]
+    _, *args = container["args"]
+    config = parse_args([a.replace("$(POD_NAMESPACE)", "mq-system") for a in args])
+    assert (config.lag_interval, config.lag_timeout, config.lag_rate, config.lag_queue_metrics) == (
+        10,
+        1.5,
+        20,
+        True,
+    )
+
+
 def test_the_operator_accepts_the_rendered_arguments(helm: Path) -> None:
     docs = render(
         helm,

@@ -35,6 +35,7 @@ VALUES_NEEDED = "operators In and NotIn need at least one value in values"
 NO_VALUES = "operators Exists and DoesNotExist take no values; remove values"
 NAME_TOO_LONG = "metadata.name may have at most 63 characters"
 LEASE_TOO_SHORT = "spec.handover.leaseSeconds must be at least 2 x renewSeconds"
+LOAD_NEEDS_STICKY = "spec.strategy.load balances measured traffic and only STICKY takes it"
 # crds/mqbalance.io_topics.yaml
 TOPIC_NEEDS_COUNTS = "without spec.nameServer, spec.brokers must list every broker with readQueueNums"
 
@@ -170,6 +171,10 @@ GROUP_REJECT: dict[str, list[Any]] = {
         {"p": [{"broker": "", "queueId": 1}]},
     ],
     "strategy.zoneAffinity": ["yes", 1],
+    "strategy.load": ["x", 3],
+    "strategy.load.tolerance": [-0.1, 11, "0.2"],
+    "strategy.load.samples": [0, 1001, 1.5, "3"],
+    "strategy.load.maxQueueFactor": [0.5, 101],
     "zoneLabel": ["", "l" * 317, 5],
     "debounceSeconds": [-1, 601, "2", True, 1e308, -0.001],
     "groupName": ["has space", "g" * 256, "ünïcode", "a/b"],
@@ -257,6 +262,18 @@ def hand_written() -> list[Case]:
             "MACHINE_ROOM with no idcs",
             {**base_group(), "strategy": {"name": "MACHINE_ROOM", "consumerIdcs": []}},
             **cel_rejected("spec.strategy.consumerIdcs", MACHINE_ROOM_NEEDS_IDCS),
+        ),
+        Case(
+            "ConsumerGroup",
+            "load on AVG",
+            {**base_group(), "strategy": {"name": "AVG", "load": {}}},
+            **cel_rejected("spec.strategy.load", LOAD_NEEDS_STICKY),
+        ),
+        Case(
+            "ConsumerGroup",
+            "STICKY with load",
+            {**base_group(), "strategy": {"name": "STICKY", "load": {"tolerance": 0.5, "samples": 1}}},
+            "served",
         ),
         Case(
             "ConsumerGroup",

@@ -10,13 +10,13 @@ import pytest
 
 from harness.rocketmq import RocketMQ
 from mqbalance.model import PERM_READ, Broker
-from mqbalance.operator.nameserver import (
+from mqbalance.rocketmq.nameserver import (
     NameServerClient,
     NameServerUnreachable,
     TopicNotFound,
     invoke,
 )
-from mqbalance.remoting import RequestCode, ResponseCode, decode_topic_route, request
+from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, decode_topic_route, request
 
 
 def _closed_port() -> str:

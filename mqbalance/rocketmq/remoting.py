@@ -1,7 +1,7 @@
 """RocketMQ's remoting protocol: frames, commands and the route a NameServer answers with.
 
 Pure code, no I/O: bytes in, values out (the asyncio client is
-:mod:`mqbalance.operator.nameserver`). Everything here follows RocketMQ's own classes
+:mod:`mqbalance.rocketmq.nameserver`). Everything here follows RocketMQ's own classes
 (``org.apache.rocketmq.remoting.protocol.RemotingCommand``, ``TopicRouteData``), 4.x and 5.x
 alike.
 

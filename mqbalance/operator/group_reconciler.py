@@ -1,0 +1,271 @@
+"""The ConsumerGroup reconciler: one group's observed state read from the world's caches,
+reconciled (reconcile.py is pure) and written: the ConfigMap, the status, the journal line, the
+metrics, the Events.
+
+A failed reconcile goes back on the work queue with its backoff; a conflict (someone else wrote
+the ConfigMap) at once, from a fresh read. The lag loop's readings (lagpoll.py) are written here
+too, so one writer keeps the group's conditions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from mqbalance.contract import (
+    CONSUMER_GROUPS,
+    AssignmentDocument,
+    HandoverMode,
+    configmap_name,
+    decode_acks,
+    releases_configmap_name,
+)
+from mqbalance.kube import ApiError, Conflict
+from mqbalance.operator.conditions import set_condition
+from mqbalance.operator.handover import Alive
+from mqbalance.operator.journal import Journal
+from mqbalance.operator.lagpoll import LAG_CONDITION, without_time
+from mqbalance.operator.metrics import LagFigures, OperatorMetrics
+from mqbalance.operator.reconcile import Observed, Outcome, reconcile
+from mqbalance.operator.spec import selector_or_none
+from mqbalance.operator.world import GroupState, World
+from mqbalance.operator.writes import Writer, merge_patch, published_from
+
+logger = logging.getLogger("mqbalance.operator")
+
+CONFLICT_RETRIES = 5
+LEGACY_FINALIZER = "mqbalance.io/operator"
+"""Added to every group by operator 0.1 (kopf's daemons needed it); removed on sight, or a group
+could not be deleted any more."""
+
+
+class GroupReconciler:
+    """Reconciles ConsumerGroups, each by one worker at a time (the work queue sees to that)."""
+
+    def __init__(
+        self,
+        world: World,
+        writer: Writer,
+        metrics: OperatorMetrics,
+        journal: Journal,
+        clock: Callable[[], float],
+    ) -> None:
+        self.world = world
+        self.writer = writer
+        self.metrics = metrics
+        self.journal = journal
+        self.clock = clock
+        """Wall clock for status times and documents."""
+
+    async def work(self, namespace: str, name: str) -> None:
+        """Reconcile the group, and requeue it as its result asks."""
+        state = self.world.groups.get((namespace, name))
+        if state is None:
+            return
+        key = ("group", namespace, name)
+        try:
+            outcome = await self.reconcile_group(state)
+        except Conflict as e:
+            # Someone else wrote the ConfigMap: read it again and recompute at once.
+            self.metrics.reconcile_errors.labels("conflict").inc()
+            state.published = None
+            state.reread = True
+            state.conflicts += 1
+            if state.conflicts <= CONFLICT_RETRIES:
+                self.world.queue.add(key)
+            else:
+                self._retry_later(state, "api", e)
+        except ApiError as e:
+            self._retry_later(state, "api", e)
+        except Exception as e:
+            logger.exception("reconcile of %s/%s failed", namespace, name)
+            self._retry_later(state, "internal", e)
+        else:
+            self.world.queue.forget_failures(key)
+            state.conflicts = 0
+            result = "published" if outcome.document else "invalid" if outcome.invalid else "unchanged"
+            self.metrics.reconciles.labels(result).inc()
+
+    def _retry_later(self, state: GroupState, kind: str, error: Exception) -> None:
+        self.metrics.reconcile_errors.labels(kind).inc()
+        self.metrics.reconciles.labels("error").inc()
+        delay = self.world.queue.add_rate_limited(("group", state.namespace, state.name))
+        message = f"{error}; retrying in {delay:g}s"
+        logger.warning("%s/%s: %s", state.namespace, state.name, message)
+        self.writer.post_event(state.body, "Warning", "ReconcileFailed", message)
+
+    async def reconcile_group(self, state: GroupState) -> Outcome:
+        started = time.perf_counter()
+        ns, name, body = state.namespace, state.name, state.body
+        finalizers = list(body["metadata"].get("finalizers") or [])
+        if LEGACY_FINALIZER in finalizers:
+            await self.writer.remove_finalizer(ns, CONSUMER_GROUPS, name, finalizers, LEGACY_FINALIZER)
+            finalizers.remove(LEGACY_FINALIZER)
+            state.body = body = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
+        if state.published is None:
+            if state.reread:
+                state.published = await self.writer.read_published(ns, name)
+                state.reread = False
+            else:
+                state.published = published_from(self.world.configmaps.get((ns, configmap_name(name))))
+            problem = state.published.problem
+            if problem and problem != state.reported_problem:
+                self.writer.post_event(
+                    body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced"
+                )
+            state.reported_problem = problem
+        previous = state.published.document
+        state.published.decoded = None  # between reconciles only its text is kept
+        spec = dict(body.get("spec") or {})
+        pods = self.world.pods.candidates(ns, selector_or_none(spec))
+        nodes = {p.node_name for p in pods if p.node_name}
+        releases = self.world.configmaps.get((ns, releases_configmap_name(name))) or {}
+        # The hysteresis counts lag readings, not reconciles: a reconcile of a sample already
+        # counted starts again from the state before it.
+        fresh = state.rates is not None and state.rates_sample != state.load_sample
+        observed = Observed(
+            namespace=ns,
+            name=name,
+            spec=spec,
+            topics=self.world.topic_specs.get(ns, {}),
+            routes=self.world.topic_routes.get(ns, {}),
+            pods=pods,
+            node_labels={n: self.world.node_labels[n] for n in nodes if n in self.world.node_labels},
+            previous=previous,
+            now=self.clock(),
+            generation=int(body["metadata"].get("generation") or 0),
+            status=state.written_status or {},
+            acks=decode_acks(releases.get("data")),
+            alive=self._alive(ns, previous),
+            loads=state.rates,
+            load_state=state.load_state if fresh else state.load_base,
+            load_target=state.load_target,
+        )
+        computing = time.perf_counter()
+        outcome = reconcile(observed)
+        compute_seconds = time.perf_counter() - computing
+        self.world.remember(state, outcome, pods, spec)
+        handover = outcome.spec is not None and outcome.spec.handover.mode is not HandoverMode.OFF
+        if handover and not releases and not state.releases_made:
+            # Before anyone is asked to acknowledge, and early enough for applications that
+            # acknowledge the generation they first read.
+            await self.writer.ensure_releases(body)
+            state.releases_made = True
+        if outcome.document is not None:
+            state.writing = []
+            try:
+                state.published = await self.writer.publish(body, outcome.document, state.published)
+            finally:
+                seen, state.writing = state.writing, None
+            if all(version == state.published.resource_version for version in seen):
+                state.published.share(self.world.configmaps.get((ns, configmap_name(name))))  # back already?
+            else:  # changed or deleted by someone else right after our write: read it again
+                state.published = None
+                self.world.enqueue(state)
+            if outcome.journal is not None:
+                self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
+            self.metrics.rebalances.labels(outcome.document.reason).inc()
+            if outcome.figures is not None:
+                self.metrics.queues_moved.inc(outcome.figures.moved)
+            self.metrics.rebalance_duration.observe(time.perf_counter() - started)
+        status = with_lag(outcome.status, state.lag, state.lag_condition)
+        if status != state.written_status:
+            await self.writer.patch_status(
+                ns, CONSUMER_GROUPS, name, merge_patch(state.written_status, status)
+            )
+            # The watch may have brought the patched status back already: keep that copy then.
+            cached = state.body.get("status")
+            state.written_status = cached if cached == status else status
+        state.invalid = outcome.invalid
+        for note in outcome.notes:
+            self.writer.post_event(body, note.type, note.reason, note.message)
+        if outcome.handover is not None:
+            self.metrics.observe_handover(outcome.handover)
+        if outcome.wake_at is not None:  # a release may time out then
+            self.world.queue.add_after(("group", ns, name), max(0.0, outcome.wake_at - self.clock()))
+        return outcome
+
+    def _alive(self, namespace: str, document: AssignmentDocument | None) -> Alive:
+        """The previous document's members and releasing owners whose pods exist and have not
+        finished; departed: those whose pod object is gone (it may still run on a lost node)."""
+        if document is None:
+            return Alive()
+        names = set(document.members) | {r.owner for r in document.releasing}
+        alive, departed = set(), set()
+        for pod_name in names:
+            pod = self.world.pods.get(namespace, pod_name)
+            if pod is None:
+                departed.add(pod_name)
+            elif not pod.finished:
+                alive.add(pod_name)
+        return Alive(alive, departed)
+
+    # -- lag, from the lag loop (lagpoll.py) ----------------------------------------------------------
+
+    async def set_lag(
+        self,
+        state: GroupState,
+        lag: dict[str, Any],
+        condition: tuple[str, str, str],
+        figures: LagFigures,
+    ) -> None:
+        """Take a reading of the group's lag: metrics at once, ``status.lag`` written when it changed.
+
+        A change of the LagAvailable condition goes through the group's work queue (the worker
+        writes the conditions, so two writers never race on them); the figures alone are a merge
+        patch of ``status.lag``, which touches nothing else. Never raises for the API server.
+        """
+        if self.world.groups.get((state.namespace, state.name)) is not state:
+            return  # deleted meanwhile
+        state.lag_figures = figures
+        kind, reason, message = condition
+        old = state.lag_condition or next(
+            (
+                c
+                for c in (state.written_status or {}).get("conditions") or []
+                if c.get("type") == LAG_CONDITION
+            ),
+            None,
+        )
+        generation = int(state.body["metadata"].get("generation") or 0)
+        if old is None or (old.get("status"), old.get("reason"), old.get("message")) != condition:
+            state.lag_condition = set_condition(
+                [dict(old)] if old else [], LAG_CONDITION, kind, reason, message, self.clock(), generation
+            )[0]
+            if kind == "True":
+                logger.info("%s/%s: lag read from every broker again", state.namespace, state.name)
+            else:
+                logger.warning("%s/%s: lag partly unknown: %s", state.namespace, state.name, message)
+            state.lag = lag
+            self.world.enqueue(state)
+            return
+        state.lag_condition = dict(old)
+        written = (state.written_status or {}).get("lag")
+        state.lag = lag
+        if without_time(written) == without_time(lag) or state.written_status is None:
+            return
+        try:
+            await self.writer.patch_status(state.namespace, CONSUMER_GROUPS, state.name, {"lag": lag})
+        except ApiError as e:
+            logger.info("%s/%s: status.lag not written: %s", state.namespace, state.name, e)
+            return
+        if state.written_status is not None:
+            state.written_status = {**state.written_status, "lag": lag}
+
+
+def with_lag(
+    status: dict[str, Any], lag: Mapping[str, Any] | None, condition: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The reconcile's status with the lag loop's ``status.lag`` and LagAvailable condition."""
+    if lag is None and condition is None:
+        return status
+    out = dict(status)
+    if lag is not None:
+        out["lag"] = lag
+    if condition is not None:
+        rest = [c for c in out.get("conditions") or [] if c.get("type") != LAG_CONDITION]
+        out["conditions"] = [*rest, dict(condition)]
+    return out

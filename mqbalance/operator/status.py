@@ -1,0 +1,218 @@
+"""A ConsumerGroup's status: figures, conditions and handover progress, from one reconcile.
+
+Pure like the reconcile (reconcile.py) that calls it: everything comes in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from mqbalance.contract import configmap_name
+from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel
+from mqbalance.operator.conditions import rfc3339
+from mqbalance.operator.conditions import set_condition as _set_condition
+from mqbalance.operator.handover import Step
+from mqbalance.operator.membership import PodInfo, not_serving
+from mqbalance.operator.spec import GroupSpec
+from mqbalance.quality import Figures
+
+CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
+MAX_NOT_SERVING_LISTED = 10
+"""Pods listed by name in status.notServingPods; status.notServing counts them all."""
+
+
+class Observation(Protocol):
+    """What the status reads of a reconcile's observation (reconcile.Observed)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pods(self) -> Sequence[PodInfo]: ...
+    @property
+    def status(self) -> Mapping[str, Any]: ...
+    @property
+    def now(self) -> float: ...
+    @property
+    def generation(self) -> int: ...
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    observed_generation: int,
+) -> list[dict[str, Any]]:
+    """A ConsumerGroup's conditions with ``kind`` set, in CONDITION_TYPES order."""
+    return _set_condition(
+        conditions, kind, status, reason, message, now, observed_generation, CONDITION_TYPES
+    )
+
+
+def group_status(
+    obs: Observation,
+    generation: int,
+    f: Figures,
+    current: Assignment,
+    member_zones: Mapping[str, str],
+    spec: GroupSpec,
+    warnings: list[str],
+    empty: list[str],
+    last_rebalance: dict[str, Any] | None,
+    handover: Step | None = None,
+) -> dict[str, Any]:
+    """The whole status of a group that publishes ``generation``: figures, conditions, the pods not
+    serving, the handover under way."""
+    pending = sum(len(r.queues) for r in handover.releasing) if handover else 0
+    unassigned = f.unassigned - pending  # queues in a handover have no owner by design
+    zones: dict[str, int] = {}
+    for zone in member_zones.values():
+        zones[zone] = zones.get(zone, 0) + 1
+    idle_pods = not_serving(obs.pods, spec.selector)
+    why = not_serving_summary(idle_pods)
+    conds = list(obs.status.get("conditions") or [])
+    now, gen = obs.now, obs.generation
+    conds = set_condition(conds, "Invalid", "False", "Valid", "the spec can be honoured", now, gen)
+    if f.members:
+        conds = set_condition(
+            conds,
+            "Ready",
+            "True",
+            "Published",
+            f"generation {generation} serves {f.members} members" + (f"; {why}" if why else ""),
+            now,
+            gen,
+        )
+    else:
+        conds = set_condition(
+            conds,
+            "Ready",
+            "False",
+            "NoMembers",
+            "no pod matching the selector is Running and Ready" + (f"; {why}" if why else ""),
+            now,
+            gen,
+        )
+    if not f.members:
+        conds = set_condition(conds, "Balanced", "Unknown", "NoMembers", "no members to balance", now, gen)
+    elif spec.message_model is MessageModel.BROADCASTING:
+        conds = set_condition(
+            conds, "Balanced", "True", "Broadcasting", "every member holds every queue", now, gen
+        )
+    elif f.spread <= 1 and f.topic_spread <= 1:
+        conds = set_condition(
+            conds,
+            "Balanced",
+            "True",
+            "EvenLoads",
+            f"loads {f.min_load}-{f.max_load} queues over all topics; each topic within one",
+            now,
+            gen,
+        )
+    elif f.topic_spread > 1:
+        conds = set_condition(
+            conds,
+            "Balanced",
+            "False",
+            "UnevenTopicLoads",
+            f"within one topic, members' loads differ by up to {f.topic_spread} queues",
+            now,
+            gen,
+        )
+    else:
+        conds = set_condition(
+            conds,
+            "Balanced",
+            "False",
+            "UnevenLoads",
+            f"each topic is within one, but loads over all topics range from {f.min_load} to "
+            f"{f.max_load} queues (STICKY balances the total too)",
+            now,
+            gen,
+        )
+    idle = sum(1 for qs in current.values() if not qs)
+    problems: list[tuple[str, str]] = []
+    if not f.members:
+        problems.append(("NoMembers", f"{f.queues} queues have no member to consume them"))
+    elif unassigned:
+        problems.append(("UnassignedQueues", f"{unassigned} of {f.queues} queues are assigned to no member"))
+    if f.members and spec.message_model is MessageModel.CLUSTERING and f.members > f.queues:
+        problems.append(
+            ("IdleMembers", f"{f.members} members for {f.queues} queues: {idle} members hold none")
+        )
+    if empty:
+        problems.append(
+            (
+                "NoReadableQueues",
+                f"topic(s) {', '.join(empty)} have no readable queue; their last assignment stays",
+            )
+        )
+    if warnings:
+        problems.append(
+            ("ConfigMismatch", f"spec.strategy.config names queues no topic has: {', '.join(warnings)}")
+        )
+    if problems:
+        reason = problems[0][0]
+        conds = set_condition(conds, "Degraded", "True", reason, "; ".join(m for _, m in problems), now, gen)
+    else:
+        conds = set_condition(
+            conds, "Degraded", "False", "AllQueuesServed", "every queue has a member", now, gen
+        )
+    status: dict[str, Any] = {
+        "observedGeneration": gen,
+        "assignmentGeneration": generation,
+        "assignmentConfigMap": configmap_name(obs.name),
+        "members": f.members,
+        "queues": f.queues,
+        "minLoad": f.min_load,
+        "maxLoad": f.max_load,
+        "topicSpread": f.topic_spread,
+        "crossZoneQueues": f.cross_zone,
+        "unassignedQueues": unassigned,
+        "unknownZoneMembers": sorted(m for m, z in member_zones.items() if z == UNKNOWN_ZONE),
+        "notServing": len(idle_pods),
+        "notServingPods": [
+            {"name": p.name, "reason": p.reason, "message": p.message}
+            for p in idle_pods[:MAX_NOT_SERVING_LISTED]
+        ],
+        "zones": dict(sorted(zones.items())),
+        "lastRebalance": last_rebalance or dict(obs.status.get("lastRebalance") or {}),
+        "conditions": conds,
+    }
+    if not status["lastRebalance"]:
+        del status["lastRebalance"]
+    if handover is not None:
+        before = obs.status.get("handover") or {}
+        overridden = int_field(before.get("overriddenQueues")) + handover.overridden
+        status["handover"] = {
+            "mode": spec.handover.mode.value,
+            "releasingQueues": pending,
+            "waitingFor": list(handover.waiting_for),
+            "overriddenQueues": overridden,
+        }
+        if handover.releasing:
+            status["handover"]["since"] = rfc3339(min(r.since for r in handover.releasing))
+    return status
+
+
+def not_serving_summary(pods: Sequence[PodInfo]) -> str:
+    """E.g. "2 matching pods not serving: 1 CrashLoopBackOff (a-1), 1 NodeNotReady (a-2)"; "" for none."""
+    if not pods:
+        return ""
+    by_reason: dict[str, list[str]] = {}
+    for pod in pods:
+        by_reason.setdefault(pod.reason or "Unknown", []).append(pod.name)
+    parts = []
+    for reason, names in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        parts.append(f"{len(names)} {reason} ({shown})")
+    noun = "pod" if len(pods) == 1 else "pods"
+    return f"{len(pods)} matching {noun} not serving: {', '.join(parts)}"
+
+
+def int_field(value: Any) -> int:
+    """An integer status field, 0 when absent or not an integer (status is anyone's to edit)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

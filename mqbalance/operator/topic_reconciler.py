@@ -1,0 +1,80 @@
+"""The Topic status reconciler: a Topic's route read from its NameServers when one is due (Topics
+that name one), and its status written (topics.py says what it should be).
+
+It runs in the groups' work loop, after them (``work_priority``): nothing waits on a Topic's
+status, and a new route reaches the groups through that status anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from mqbalance.contract import TOPICS, TopicSpec, read_topic_spec
+from mqbalance.kube import ApiError
+from mqbalance.operator.nameserver import RouteReader
+from mqbalance.operator.topics import topic_status
+from mqbalance.operator.world import TopicState, World
+from mqbalance.operator.writes import Writer, merge_patch
+
+logger = logging.getLogger("mqbalance.operator")
+
+
+class TopicReconciler:
+    """Reconciles Topic status."""
+
+    def __init__(self, world: World, writer: Writer, routes: RouteReader, clock: Callable[[], float]) -> None:
+        self.world = world
+        self.writer = writer
+        self.routes = routes
+        """Reads the routes of Topics that name a NameServer."""
+        self.clock = clock
+
+    async def work(self, namespace: str, name: str) -> None:
+        """Write the Topic's status; requeue it with backoff when the API server refuses."""
+        state = self.world.topics.get((namespace, name))
+        if state is None:
+            return
+        key = ("topic", namespace, name)
+        try:
+            await self.update_topic_status(state)
+        except ApiError as e:
+            delay = self.world.queue.add_rate_limited(key)
+            logger.warning(
+                "status of Topic %s/%s not written: %s; retrying in %g s", namespace, name, e, delay
+            )
+        else:
+            self.world.queue.forget_failures(key)
+
+    async def update_topic_status(self, state: TopicState) -> None:
+        """Read the route if one is due (Topics that name a NameServer), then write the status."""
+        meta, spec = state.body["metadata"], state.body.get("spec")
+        namespace, name = meta["namespace"], meta["name"]
+        generation = int(meta.get("generation") or 0)
+        topic = read_topic_spec(name, spec)
+        if topic.name_server is not None:
+            now = self.world.queue.timer.now()
+            if state.read is None or state.read_generation != generation or now >= state.next_read:
+                await self._read_route(state, name, topic, generation)
+            else:  # woken by a change (our own status write, say): the next read stays due
+                self.world.queue.add_after(("topic", namespace, name), state.next_read - now)
+        else:
+            state.read = None
+        current = state.body.get("status") or {}
+        status = topic_status(name, spec, generation, current, state.read, self.clock())
+        if status != current:
+            await self.writer.patch_status(namespace, TOPICS, name, merge_patch(current, status))
+
+    async def _read_route(self, state: TopicState, name: str, topic: TopicSpec, generation: int) -> None:
+        assert topic.name_server is not None
+        read = await self.routes.read(topic.topic_name, list(topic.name_server.addresses))
+        if read.brokers is None and (state.read is None or state.read.reason != read.reason):
+            logger.warning("route of Topic %s not read: %s", name, read.message)
+        state.read, state.read_generation = read, generation
+        state.read_failures = 0 if read.brokers is not None else state.read_failures + 1
+        # Again after the poll interval; sooner, backing off, while it fails.
+        wait = topic.name_server.poll_seconds
+        if state.read_failures:
+            wait = min(wait, 2.0 ** (state.read_failures - 1))
+        state.next_read = self.world.queue.timer.now() + wait
+        self.world.queue.add_after(("topic", state.body["metadata"]["namespace"], name), wait)

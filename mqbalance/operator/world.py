@@ -1,0 +1,419 @@
+"""The operator's cache of the observed world and the routing of its changes to work keys.
+
+The informers (``mqbalance.kube.Informer``) keep ConsumerGroups, Topics, Pods, Nodes and the
+assignment ConfigMaps in the caches here and feed their changes in (``on_*``). A change puts
+the keys it concerns on the keyed work queue: at once for spec, Topic and ConfigMap changes,
+after the group's debounce window for pod and node changes, so a burst of pod changes becomes
+one rebalance. Nothing here writes to the API server; the reconcilers (group_reconciler.py,
+topic_reconciler.py) read these caches and the controller (controller.py) runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqbalance.contract import GROUP_LABEL, read_topic_spec, releases_configmap_name
+from mqbalance.kube import Key
+from mqbalance.model import MessageQueue
+from mqbalance.operator.membership import PodIndex, PodInfo
+from mqbalance.operator.metrics import GroupGauges, LagFigures
+from mqbalance.operator.reconcile import Outcome
+from mqbalance.operator.spec import DEFAULT_DEBOUNCE_SECONDS, LabelSelector, subscribed_topics
+from mqbalance.operator.topics import RouteRead
+from mqbalance.operator.workqueue import WorkQueue
+from mqbalance.operator.writes import Published
+from mqbalance.strategies import LoadState
+
+WorkKey = tuple[str, str, str]
+"""("group" or "topic", namespace, name)."""
+
+
+NO_STREAK = LoadState()
+"""The load-aware strategy's state with no imbalance counted (one object for every group)."""
+
+
+def work_priority(key: WorkKey) -> int:
+    """Groups before Topics: consumers wait for the one; a Topic's route read on a restart is
+    already in its status, and a new route reaches the groups through that status anyway."""
+    return 0 if key[0] == "group" else 1
+
+
+@dataclass(slots=True)
+class GroupState:
+    """What the operator keeps of one ConsumerGroup between reconciles."""
+
+    body: Mapping[str, Any]
+    """The resource as last seen: metadata (namespace, name, uid, generation), spec."""
+    published: Published | None = None
+    """The ConfigMap as we last read or wrote it; None means read it again."""
+    reread: bool = False
+    """Read the ConfigMap from the API, not the watch cache (which may lag behind a conflicting write)."""
+    written_status: dict[str, Any] | None = None
+    invalid: bool = False
+    selector: LabelSelector | None = None
+    """None until reconciled, and while the spec does not parse: any pod change may matter then."""
+    topics: Collection[str] = ()
+    nodes: Collection[str] = ()
+    """Nodes of the pods the selector matched at the last reconcile."""
+    pods: Collection[str] = ()
+    debounce: float = DEFAULT_DEBOUNCE_SECONDS
+    reported_problem: str | None = None
+    conflicts: int = 0
+    """Conflicting ConfigMap writes in a row (retried at once, up to CONFLICT_RETRIES)."""
+    releases_made: bool = False
+    """Its releases ConfigMap was created (or found): not asked for again while the watch catches up."""
+    writing: list[str | None] | None = None
+    """While its ConfigMap is being written: the versions the watch brought meanwhile (None: deleted)."""
+    routing: tuple[str, str] | None = None
+    """The label pair this group is found under when a pod changes (None: every pod may concern it)."""
+    lag: dict[str, Any] | None = None
+    """``status.lag`` as the lag loop last read it (lagpoll.py); every status write carries it."""
+    lag_condition: dict[str, Any] | None = None
+    """The LagAvailable condition as the lag loop last set it; every status write carries it."""
+    lag_figures: LagFigures | None = None
+    load_aware: bool = False
+    """Its strategy is STICKY with ``load`` (CLUSTERING), as of the last reconcile: new rates reconcile it."""
+    rates: dict[MessageQueue, float] | None = None
+    """STICKY with ``load``: each queue's produce rate from the lag loop's last two readings."""
+    rates_sample: int = 0
+    """Counts the rates handed in: a reconcile advances the hysteresis once per sample."""
+    load_sample: int = 0
+    """The sample ``load_state`` has counted."""
+    load_base: LoadState = NO_STREAK
+    """The hysteresis state before that sample: a reconcile of the same sample starts from it again."""
+    load_state: LoadState = NO_STREAK
+    load_target: dict[str, tuple[MessageQueue, ...]] | None = None
+    """The assignment the load-aware strategy last computed (where queues in a handover go)."""
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    def concerns_pod(self, name: str, labels: Mapping[str, str]) -> bool:
+        return self.selector is None or name in self.pods or self.selector.matches(labels)
+
+    def gauges(self) -> GroupGauges:
+        status = self.written_status or {}
+        return GroupGauges(
+            namespace=self.namespace,
+            group=self.name,
+            members=int(status.get("members", 0)),
+            queues=int(status.get("queues", 0)),
+            imbalance=int(status.get("maxLoad", 0)) - int(status.get("minLoad", 0)),
+            topic_imbalance=int(status.get("topicSpread", 0)),
+            cross_zone_queues=int(status.get("crossZoneQueues", 0)),
+            unassigned_queues=int(status.get("unassignedQueues", 0)),
+            generation=int(status.get("assignmentGeneration", 0)),
+            invalid=self.invalid,
+        )
+
+
+@dataclass(slots=True)
+class TopicState:
+    body: Mapping[str, Any]
+    read: RouteRead | None = None
+    """The last read of its route from a NameServer (Topics that name one)."""
+    read_generation: int = -1
+    read_failures: int = 0
+    next_read: float = 0.0
+    """When (on the work queue's clock) the route is due to be read again."""
+
+
+@dataclass
+class World:
+    """The caches, and which keys a change concerns."""
+
+    queue: WorkQueue[WorkKey] = field(default_factory=lambda: WorkQueue(priority=work_priority))
+    debounce_override: float | None = None
+    groups: dict[tuple[str, str], GroupState] = field(default_factory=dict)
+    topics: dict[tuple[str, str], TopicState] = field(default_factory=dict)
+    pods: PodIndex = field(default_factory=PodIndex)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    configmaps: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    """(namespace, name) -> our ConfigMaps as last seen by the watch."""
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once every cache has been listed completely."""
+    listing: set[str] = field(default_factory=set)
+    """Namespaces whose caches are being listed for the first time (sharding by namespace, where a
+    replica starts watching a namespace when it takes its shard): nothing there is worked on yet."""
+    _by_namespace: dict[str, dict[str, GroupState]] = field(default_factory=dict)
+    _routes: dict[str, dict[tuple[str, str] | None, set[str]]] = field(default_factory=dict)
+    """Namespace -> label pair (None: any) -> names of the groups a pod carrying it may concern."""
+    topic_specs: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
+    """Namespace -> Topic -> spec."""
+    topic_routes: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
+    """Namespace -> Topic -> ``status.route``, for Topics whose route was read from a NameServer."""
+
+    # -- changes in (from the informers) ---------------------------------------------------------
+
+    def on_group(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        namespace, name = key
+        if new is None:
+            state = self.groups.pop(key, None)
+            if state is not None:
+                self._route(state, None, remove=True)
+                del self._by_namespace[namespace][name]
+                if not self._by_namespace[namespace]:
+                    del self._by_namespace[namespace]
+            self.queue.forget(("group", namespace, name))
+            return
+        state = self.groups.get(key)
+        if state is None:
+            state = GroupState(new, written_status=new.get("status") or None)
+            state.lag = (new.get("status") or {}).get("lag")  # kept until the lag loop reads it again
+            # A new object starts without backoff, even if a reconcile of the one deleted failed late.
+            self.queue.forget_failures(("group", namespace, name))
+            self.groups[key] = state
+            self._by_namespace.setdefault(namespace, {})[name] = state
+            self._route(state, None)
+            self.enqueue(state)
+            return
+        changed = old is None or old["metadata"].get("generation") != new["metadata"].get("generation")
+        state.body = new
+        if state.written_status is not None and new.get("status") == state.written_status:
+            state.written_status = new["status"]  # our status patch come back: one copy, the cache's
+        if changed or old is None or old["metadata"].get("uid") != new["metadata"].get("uid"):
+            self.enqueue(state)
+
+    def on_pod(self, key: Key, old: PodInfo | None, new: PodInfo | None) -> None:
+        """A pod changed; poke the groups it may belong to if anything membership depends on changed."""
+        namespace, name = key
+        if new is not None:
+            self.pods.put(namespace, new)
+        else:
+            self.pods.remove(namespace, name)
+        if not self._settled(namespace):
+            return  # no group has reconciled yet: the first reconciles see every pod anyway
+        # Each version alone: a pod can start matching because a label went away (DoesNotExist,
+        # NotIn), which the union of its old and new labels would hide.
+        versions = [pod.labels for pod in (old, new) if pod is not None]
+        routes = self._routes.get(namespace, {})
+        names = set(routes.get(None, ()))
+        for labels in versions:
+            for pair in labels.items():
+                names.update(routes.get(pair, ()))
+        for group in names:
+            state = self.groups[(namespace, group)]
+            if any(state.concerns_pod(name, labels) for labels in versions):
+                self.enqueue(state, debounced=True)
+
+    def on_node(self, key: Key, old: Mapping[str, str] | None, new: Mapping[str, str] | None) -> None:
+        name = key[1]
+        if new is None:
+            self.node_labels.pop(name, None)
+        else:
+            self.node_labels[name] = dict(new)
+        if not self.synced.is_set():
+            return
+        for state in self.groups.values():
+            if name in state.nodes:
+                self.enqueue(state, debounced=True)
+
+    def on_topic(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """A Topic changed: its status may need writing, its subscribers a reconcile if its spec changed."""
+        namespace, name = key
+        specs = self.topic_specs.setdefault(namespace, {})
+        routes = self.topic_routes.setdefault(namespace, {})
+        if new is None:
+            self.topics.pop(key, None)
+            specs.pop(name, None)
+            routes.pop(name, None)
+            self.queue.forget(("topic", namespace, name))
+        else:
+            topic = self.topics.get(key)
+            if topic is None:
+                self.topics[key] = TopicState(new)
+                self.queue.forget_failures(("topic", namespace, name))
+            else:
+                topic.body = new
+            specs[name] = new["spec"]
+            route = new["status"].get("route")
+            if route is None:
+                routes.pop(name, None)
+            else:
+                routes[name] = route
+            self.queue.add(("topic", namespace, name))
+        if not specs:
+            del self.topic_specs[namespace]
+        if not routes:
+            del self.topic_routes[namespace]
+        if not self._settled(namespace):
+            return  # before the first listing is whole, no group has run
+        if old is not None and new is not None and _route_source(old) == _route_source(new):
+            return  # the rest of its status concerns no group
+        for state in self._in_namespace(namespace):
+            if state.selector is None or name in state.topics:
+                self.enqueue(state)
+
+    def on_configmap(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """A group's ConfigMap changed or went away: re-read it unless we wrote it; new release
+        acknowledgements may finish a handover."""
+        if new is None:
+            self.configmaps.pop(key, None)
+        else:
+            self.configmaps[key] = new
+        labels = ((new or old or {}).get("metadata") or {}).get("labels") or {}
+        state = self.groups.get((key[0], labels.get(GROUP_LABEL, "")))
+        if state is None:
+            return
+        if key[1] == releases_configmap_name(state.name):
+            self.enqueue(state)
+            return
+        version = ((new or {}).get("metadata") or {}).get("resourceVersion")
+        if state.writing is not None:
+            # Most likely our write's own echo, ahead of its answer: judged once it is answered.
+            state.writing.append(version)
+            return
+        if state.published is not None and version == state.published.resource_version:
+            state.published.share(new)  # our own write come back: keep one copy
+            return
+        state.published = None
+        self.enqueue(state)
+
+    def on_rates(self, state: GroupState, rates: Mapping[MessageQueue, float]) -> None:
+        """New per-queue produce rates from the lag loop: a group balanced by load takes them in a
+        reconcile after its debounce window; any other group keeps none."""
+        if self.groups.get((state.namespace, state.name)) is not state or not state.load_aware:
+            state.rates = None
+            return
+        state.rates = dict(rates)
+        state.rates_sample += 1
+        self.enqueue(state, debounced=True)
+
+    def enqueue(self, state: GroupState, *, debounced: bool = False) -> None:
+        key = ("group", state.namespace, state.name)
+        if not debounced:
+            self.queue.add(key)
+            return
+        window = self.debounce_override if self.debounce_override is not None else state.debounce
+        self.queue.add_after(key, window)
+
+    def _route(self, state: GroupState, pair: tuple[str, str] | None, *, remove: bool = False) -> None:
+        """File ``state`` under ``pair`` for pod changes (and out of where it was)."""
+        routes = self._routes.setdefault(state.namespace, {})
+        if state.name in routes.get(state.routing, ()):
+            routes[state.routing].discard(state.name)
+            if not routes[state.routing]:
+                del routes[state.routing]
+        if remove:
+            if not routes:
+                del self._routes[state.namespace]
+            return
+        state.routing = pair
+        routes.setdefault(pair, set()).add(state.name)
+
+    def _in_namespace(self, namespace: str) -> list[GroupState]:
+        return list(self._by_namespace.get(namespace, {}).values())
+
+    def _settled(self, namespace: str) -> bool:
+        """Whether the namespace's caches are whole: changes there may concern groups that ran."""
+        return self.synced.is_set() and namespace not in self.listing
+
+    def listed(self, namespace: str) -> None:
+        """The namespace's caches are whole: work on all of it."""
+        self.listing.discard(namespace)
+        self.resync(lambda ns, _: ns == namespace)
+
+    def forget_namespace(self, namespace: str) -> None:
+        """Drop everything kept of ``namespace``, which this replica no longer watches (its
+        groups' ConfigMaps stay as they are, for the replica that watches it now)."""
+        self.listing.discard(namespace)
+        for name in self._by_namespace.pop(namespace, {}):
+            del self.groups[(namespace, name)]
+            self.queue.forget(("group", namespace, name))
+        self._routes.pop(namespace, None)
+        for key in [key for key in self.topics if key[0] == namespace]:
+            del self.topics[key]
+            self.queue.forget(("topic", *key))
+        self.topic_specs.pop(namespace, None)
+        self.topic_routes.pop(namespace, None)
+        self.pods.forget(namespace)
+        for key in [key for key in self.configmaps if key[0] == namespace]:
+            del self.configmaps[key]
+
+    def resync(self, selects: Callable[[str, str], bool] | None = None) -> None:
+        """Queue every group and Topic (that ``selects`` picks): after a shard is taken over."""
+        for (namespace, name), state in self.groups.items():
+            if selects is None or selects(namespace, name):
+                self.enqueue(state)
+        for namespace, name in self.topics:
+            if selects is None or selects(namespace, name):
+                self.queue.add(("topic", namespace, name))
+
+    def remember(
+        self, state: GroupState, outcome: Outcome, pods: list[PodInfo], spec: Mapping[str, Any]
+    ) -> None:
+        """What later changes are matched against: the selector, topics, pods and nodes of this group."""
+        if self.groups.get((state.namespace, state.name)) is not state:
+            return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
+        state.topics = _small_set(subscribed_topics(spec))
+        _remember_load(state, outcome)
+        if outcome.spec is None:
+            state.selector = None  # unparseable: any change in the namespace may matter
+            self._route(state, None)
+            return
+        state.selector = outcome.spec.selector
+        # A pod the selector matches carries every matchLabels pair: one of them finds the group.
+        self._route(state, min(state.selector.match_labels.items(), default=None))
+        state.debounce = outcome.spec.debounce_seconds
+        matched = [p for p in pods if outcome.spec.selector.matches(p.labels)]
+        state.pods = _small_set(p.name for p in matched)
+        state.nodes = _small_set({p.node_name for p in matched if p.node_name})
+
+    # -- read-outs ------------------------------------------------------------------------------------
+
+    def lag_topics(self, state: GroupState, rocketmq_topics: Collection[str]) -> list[tuple[str, list[str]]]:
+        """The group's RocketMQ topics with the NameServers their Topic names (none: the operator's)."""
+        wanted = set(rocketmq_topics)
+        out: dict[str, list[str]] = {}
+        for resource, spec in self.topic_specs.get(state.namespace, {}).items():
+            if resource not in state.topics:
+                continue
+            topic = read_topic_spec(resource, spec)
+            if topic.topic_name in wanted:
+                name_server = topic.name_server
+                out[topic.topic_name] = list(name_server.addresses) if name_server is not None else []
+        return sorted(out.items())
+
+    def lag_gauges(self) -> list[tuple[str, str, LagFigures]]:
+        return [(s.namespace, s.name, s.lag_figures) for s in list(self.groups.values()) if s.lag_figures]
+
+    def gauges(self) -> list[GroupGauges]:
+        return [s.gauges() for s in list(self.groups.values()) if s.written_status]
+
+
+def _remember_load(state: GroupState, outcome: Outcome) -> None:
+    """Keep the load-aware strategy's hysteresis and target; forget them when load is not set."""
+    if outcome.invalid:
+        return  # nothing is published while invalid: what was measured stays for when it is valid
+    if outcome.load_target is None:  # not STICKY with load (or BROADCASTING)
+        state.load_aware = False
+        state.rates = state.load_target = None
+        state.load_base = state.load_state = NO_STREAK
+        state.load_sample = state.rates_sample
+        return
+    state.load_aware = True
+    state.load_target = dict(outcome.load_target)
+    if outcome.load_state is not None:
+        if state.load_sample != state.rates_sample:  # this reconcile counted a new sample
+            state.load_base = state.load_state
+            state.load_sample = state.rates_sample
+        state.load_state = outcome.load_state
+
+
+def _small_set(items: Iterable[str]) -> Collection[str]:
+    """A tuple while a handful (a set of eight strings takes six times the memory), else a frozenset."""
+    values = tuple(items)
+    return values if len(values) <= 16 else frozenset(values)
+
+
+def _route_source(topic: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What a group's reconcile reads of a Topic: its spec and the route read into its status."""
+    return topic["spec"], topic["status"].get("route")
