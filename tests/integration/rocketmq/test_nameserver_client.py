@@ -17,6 +17,7 @@ from mqbalance.rocketmq.nameserver import (
     invoke,
 )
 from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, decode_topic_route, request
+from tests.integration.rocketmq.conftest import ZONES
 
 
 def _closed_port() -> str:
@@ -31,8 +32,9 @@ def test_route_gives_queue_counts_and_perm_per_broker(rocketmq: RocketMQ, topic_
     rocketmq.create_topic(topic_name, 2, perm=PERM_READ, brokers=["broker-b"])
     route = asyncio.run(NameServerClient(rocketmq.namesrv_addr).topic_route(topic_name))
     assert route.to_topic_route().brokers == (
-        Broker("broker-a", read_queue_nums=8, write_queue_nums=4, perm=6),
-        Broker("broker-b", read_queue_nums=2, write_queue_nums=2, perm=PERM_READ),
+        # the session's brokers register their zones (conftest.ZONES)
+        Broker("broker-a", read_queue_nums=8, write_queue_nums=4, perm=6, zone=ZONES["broker-a"]),
+        Broker("broker-b", read_queue_nums=2, write_queue_nums=2, perm=PERM_READ, zone=ZONES["broker-b"]),
     )
     topic_route = route.to_topic_route()
     assert len(topic_route.readable_queues()) == 10
