@@ -1,11 +1,12 @@
 """The demo on real pods: `make demo` when a real node can run here (see harness.demo).
 
-Starts a real node (harness.node.RealNode), installs the Helm chart with the locally built
+Starts three real nodes in zones a, b and c (harness.node.RealNode with ``nodes=3``; one node
+where the Kubernetes release is older than 1.29), installs the Helm chart with the locally built
 image, applies examples/topic.yaml, examples/consumergroup.yaml and the example consumer
-Deployment (an app container beside the mqbalance sidecar in every pod), scales it 3 -> 5 -> 4,
-and prints each assignment, the queues that moved, what every pod's own sidecar serves (asked
-inside the pod with kubectl exec) and `kubectl get consumergroups`. Everything is torn down
-at the end, also on Ctrl-C or an error.
+Deployment (an app container beside the mqbalance sidecar in every pod, spread over the zones),
+scales it 3 -> 5 -> 4, and prints each assignment, the zone of every member, the queues that
+moved, what every pod's own sidecar serves (asked inside the pod with kubectl exec) and
+`kubectl get consumergroups`. Everything is torn down at the end, also on Ctrl-C or an error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from harness import demo_report, polling
 from harness.demo import DemoError, print_sidecar, show_change, step
-from harness.node import RealNode, ensure_images
+from harness.node import MAX_NODES, RealNode, default_version, ensure_images, unavailable
 from harness.node_workload import (
     GROUP,
     NAMESPACE,
@@ -28,6 +29,7 @@ from harness.node_workload import (
     rollout_status,
     sidecar_view,
     wait_members,
+    zones_of_pods,
 )
 from mqbalance.contract import AssignmentDocument
 
@@ -67,17 +69,28 @@ def _show_sidecars(node: RealNode, doc: AssignmentDocument) -> None:
         print_sidecar(view)
 
 
+def _show_zones(node: RealNode, doc: AssignmentDocument) -> None:
+    zones = zones_of_pods(node, set(doc.members))
+    by_zone: dict[str, list[str]] = {}
+    for pod in sorted(doc.members):
+        by_zone.setdefault(zones.get(pod, "?"), []).append(pod)
+    print("Members by zone: " + "; ".join(f"{z}: {', '.join(ps)}" for z, ps in sorted(by_zone.items())))
+
+
 def run(workdir: Path | None, timeout: float) -> int:
     """The real-pod demo; returns the exit status."""
     started = time.monotonic()
     step("building or reusing the node binaries and images (cached; see docs/real-node.md)")
     images = ensure_images()
-    step(f"starting a real node: kubelet + containerd + kube-proxy, image {images.mqbalance}")
-    node = RealNode(workdir / "node" if workdir else None, images=images)
+    nodes = MAX_NODES if unavailable(default_version(), need_built=False, nodes=MAX_NODES) is None else 1
+    what = "a real node" if nodes == 1 else f"{nodes} real nodes in zones a to {'abc'[nodes - 1]}"
+    step(f"starting {what}: kubelet + containerd + kube-proxy each, image {images.mqbalance}")
+    node = RealNode(workdir / "node" if workdir else None, images=images, nodes=nodes)
     try:
         node.start()
         milestones = ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items())
-        step(f"node {node.node_name} Ready at {node.server} ({milestones})")
+        names = ", ".join(f"{s.name} ({s.zone})" for s in node.specs)
+        step(f"nodes {names} Ready, API server at {node.server} ({milestones})")
         step("helm install mqbalance charts/mqbalance (local image, imagePullPolicy Never)")
         node.kubectl("create", "namespace", NAMESPACE)
         install_chart(node, images)
@@ -87,24 +100,27 @@ def run(workdir: Path | None, timeout: float) -> int:
         )
         # A short window, so pods turning Ready one after another are usually one rebalance.
         apply_examples(node, debounce=DEBOUNCE)
-        apply(node, consumer_deployment(images, replicas=3))
+        apply(node, consumer_deployment(images, replicas=3, spread_zones=nodes > 1))
         first = _scale(node, 3, timeout)
         print()
         print("Assignment with 3 members (real pods):")
         print(demo_report.assignment_table(first, {}))
         print()
+        _show_zones(node, first)
         _show_sidecars(node, first)
         print()
         step("scaling the consumer Deployment to 5")
         second = _scale(node, 5, timeout)
         _note_generations(first, second)
         show_change(first, second, {p: "new" for p in set(second.members) - set(first.members)})
+        _show_zones(node, second)
         _show_sidecars(node, second)
         print()
         step("scaling the consumer Deployment to 4")
         third = _scale(node, 4, timeout)
         _note_generations(second, third)
         show_change(second, third, {})
+        _show_zones(node, third)
         _show_sidecars(node, third)
         print()
         step(f"kubectl get consumergroups -n {NAMESPACE} -o wide")

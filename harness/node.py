@@ -10,6 +10,10 @@ iptables rule drops anything they would send off the machine. The binaries come 
 ``hack/build-control-plane.sh --node``, the images (the project's, and the sandbox's
 ``pause``) from ``hack/build-images.sh``; both are cached. See docs/real-node.md.
 
+``RealNode(nodes=3)`` runs three nodes instead, in zones ``zone-a`` to ``zone-c``, each with its
+own containerd, kubelet and kube-proxy in a network namespace of its own on a bridge the run makes
+(:func:`node_specs`); :mod:`harness.netfault` partitions them.
+
 The node is machine-global (one containerd socket, one bridge, iptables): one runs at a
 time (a lock), it needs root, and :meth:`RealNode.stop` puts the machine back (processes,
 mounts, network namespaces, iptables rules, the bridge, the address, sysctls, cgroups),
@@ -18,7 +22,7 @@ start or by ``python -m harness.node down``.
 
 Command line::
 
-    python -m harness.node up [--version current|1.20] [--dir DIR]  # start, print KUBECONFIG, wait for Ctrl-C
+    python -m harness.node up [--version current|1.20] [--dir DIR] [--nodes N]  # start, print KUBECONFIG
     python -m harness.node down                                # undo what a killed run left behind
     python -m harness.node check                               # can a real node run here? why not?
 """
@@ -68,11 +72,20 @@ from harness.node_host import CONTAINERD_SOCKET, NODE_ROOT, RUN_ROOT, HostError,
 
 NODE_NAME = "mqbalance-node"
 NODE_IP = os.environ.get("MQBALANCE_NODE_IP", "198.18.0.1")
-"""The node's own address (RFC 2544 benchmarking range), on the loopback interface."""
+"""The node's own address (RFC 2544 benchmarking range), on the loopback interface; with several
+nodes, the API server's address only (each node has its own, on the nodes' bridge)."""
 NODE_ZONE = "zone-a"
 POD_CIDR = "10.244.0.0/16"
 POD_SUBNET = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"
+MAX_NODES = 3
+NODES_SUBNET = "198.18.1.0/24"
+"""Several nodes: the bridge on the machine that joins their network namespaces (the run makes it)."""
+NODES_BRIDGE_IP = "198.18.1.1"
+HOST_TEST_RANGE = "198.18.0.0/24"
+"""Addresses the run puts on the machine's loopback (the API server's, test hosts'): nodes route
+them through the bridge, and their pods may send there."""
+KUBELET_PORT = 10250
 SERVICE_IP = "10.96.0.1"
 CNI_NETWORK = "mqbalance-node"
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
@@ -81,7 +94,91 @@ _BUILD_SCRIPT = _REPO / "hack" / "build-control-plane.sh"
 _IMAGES_SCRIPT = _REPO / "hack" / "build-images.sh"
 # Host commands the node runs (Debian packages: containerd, runc, containernetworking-plugins,
 # iptables, iproute2); the build script installs them.
-_HOST_COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip")
+_HOST_COMMANDS = (
+    "containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip", "nsenter",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: its name, zone, address, pods' range and where its containerd and kubelet keep things."""
+
+    name: str
+    zone: str
+    ip: str
+    pod_subnet: str
+    gateway: str
+    netns: str | None
+    """The node's network namespace; None for the single node (on the machine's own network)."""
+    run_dir: Path
+    """containerd's socket and state, the runc root."""
+    node_dir: Path
+    """The kubelet's root, the CNI address allocations, the pods' logs."""
+    containerd_root: Path
+    cgroup_root: str | None
+    """The kubelet's ``cgroupRoot``; None: the default (``/kubepods``)."""
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "containerd.sock"
+
+    @property
+    def letter(self) -> str:
+        return self.zone.rsplit("-", 1)[-1]
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """``argv`` run on this node's network."""
+        return argv if self.netns is None else node_host.in_netns(self.netns, argv)
+
+
+def node_specs(nodes: int) -> list[NodeSpec]:
+    """The single node as it always was, or ``nodes`` (2 or 3) nodes ``mqbalance-node-a``, ``-b``, ``-c``
+    in zones ``zone-a``... at 198.18.1.11, .12, .13 with pods in 10.244.1.0/24, 10.244.2.0/24, ..."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise ClusterError(f"nodes={nodes}: between 1 and {MAX_NODES} (one zone each)")
+    if nodes == 1:
+        return [
+            NodeSpec(
+                NODE_NAME, NODE_ZONE, NODE_IP, POD_SUBNET, POD_GATEWAY, None, RUN_ROOT, NODE_ROOT,
+                cache_dir() / "node" / "containerd", None,
+            )
+        ]  # fmt: skip
+    specs = []
+    for i, letter in enumerate("abc"[:nodes]):
+        specs.append(
+            NodeSpec(
+                name=f"{NODE_NAME}-{letter}",
+                zone=f"zone-{letter}",
+                ip=f"198.18.1.{11 + i}",
+                pod_subnet=f"10.244.{i + 1}.0/24",
+                gateway=f"10.244.{i + 1}.1",
+                netns=f"{node_host.NETNS_PREFIX}{letter}",
+                run_dir=RUN_ROOT / f"node-{letter}",
+                node_dir=NODE_ROOT / f"node-{letter}",
+                containerd_root=cache_dir() / "node" / f"containerd-{letter}",
+                cgroup_root=f"/{node_host.CGROUP_PREFIX}{letter}",
+            )
+        )
+    return specs
+
+
+def containerd_roots() -> list[Path]:
+    """Every node's containerd root in the cache (images and snapshots kept between runs)."""
+    return sorted((cache_dir() / "node").glob("containerd*"))
+
+
+class _NodeRun:
+    """What runs for one node: its containerd, kubelet and kube-proxy."""
+
+    def __init__(self, spec: NodeSpec) -> None:
+        self.spec = spec
+        self.ctr = Ctr(spec.socket)
+        self.containerd: _Component | None = None
+        self.kubelet: _Component | None = None
+        self.proxy: _Component | None = None
+
+    def components(self) -> list[_Component]:
+        return [c for c in (self.containerd, self.kubelet, self.proxy) if c is not None]
 
 
 def _minor(version: str) -> int:
@@ -168,9 +265,12 @@ def node_binaries_present(bin_dir: Path) -> bool:
     return all(os.access(bin_dir / n, os.X_OK) for n in names)
 
 
-def unavailable(version: str | None = None, *, need_built: bool = True) -> str | None:
-    """Why a real node cannot run here, or None. ``need_built``: also require cached binaries and images."""
+def unavailable(version: str | None = None, *, need_built: bool = True, nodes: int = 1) -> str | None:
+    """Why a real node (``nodes`` of them) cannot run here, or None. ``need_built``: also require
+    cached binaries and images."""
     version = resolve_version(version)
+    if nodes > 1 and _minor(version) < 29:
+        return f"several nodes need Kubernetes 1.29 or later (the kubelet's podLogsDir), not {version}"
     if sys.platform != "linux":
         return "a real node needs Linux"
     if os.geteuid() != 0:
@@ -207,6 +307,9 @@ class RealNode(LocalCluster):
     Use as a context manager, or call :meth:`start` and :meth:`stop`. ``version`` picks the
     Kubernetes release (:func:`harness.cluster.resolve_version`; default the control plane's) and
     its binaries from the cache (``k8s-<version>/bin``), built when missing (``build``).
+    ``nodes`` (1 to 3): with more than one, each node (containerd, kubelet, kube-proxy) runs in a
+    network namespace of its own on the nodes' bridge, in zone ``zone-a``, ``zone-b``, ...
+    (:func:`node_specs`); the control plane and kube-scheduler stay on the machine.
     """
 
     def __init__(
@@ -217,7 +320,9 @@ class RealNode(LocalCluster):
         ready_timeout: float = 180.0,
         build: bool = True,
         images: Images | None = None,
+        nodes: int = 1,
     ) -> None:
+        self.specs = node_specs(nodes)
         self.version = resolve_version(version)
         self.minor = _minor(self.version)
         super().__init__(
@@ -230,19 +335,20 @@ class RealNode(LocalCluster):
         self.images = images
         self._machine = MachineLock()
         self._host_state: HostState | None = None
-        self._containerd: _Component | None = None
         self._scheduler: _Component | None = None
-        self._kubelet: _Component | None = None
-        self._proxy: _Component | None = None
+        self._nodes = {spec.name: _NodeRun(spec) for spec in self.specs}
+        users = [f"system:node:{spec.name}" for spec in self.specs]
         self._tokens = {
-            user: os.urandom(16).hex()
-            for user in (f"system:node:{NODE_NAME}", "system:kube-scheduler", "system:kube-proxy")
+            user: os.urandom(16).hex() for user in (*users, "system:kube-scheduler", "system:kube-proxy")
         }
         self._ports: dict[str, int] = {}
-        self.containerd_root = cache_dir() / "node" / "containerd"
-        self.ctr = Ctr()
+        self.containerd_root = self.specs[0].containerd_root
+        self.ctr = self._nodes[self.specs[0].name].ctr
+        """The first node's containerd (the single node's)."""
         self.timings: dict[str, float] = {}
         """Seconds from the start of :meth:`start` to each milestone."""
+        self.stop_hooks: list[Callable[[], None]] = []
+        """Called first by :meth:`stop` (undo faults: :class:`harness.netfault.Faults`)."""
 
     # -- public properties -----------------------------------------------------------------------
 
@@ -258,11 +364,34 @@ class RealNode(LocalCluster):
 
     @property
     def node_name(self) -> str:
-        return NODE_NAME
+        """The first node's name (the single node's)."""
+        return self.specs[0].name
+
+    @property
+    def node_names(self) -> list[str]:
+        return [spec.name for spec in self.specs]
+
+    def spec(self, node: str | None = None) -> NodeSpec:
+        """The node named ``node`` (default the first)."""
+        return self._run(node).spec
+
+    def _run(self, node: str | None) -> _NodeRun:
+        try:
+            return self._nodes[node or self.specs[0].name]
+        except KeyError:
+            raise ClusterError(f"no node {node!r}; nodes: {', '.join(self._nodes)}") from None
+
+    def node_ctr(self, node: str | None = None) -> Ctr:
+        """``ctr`` against the containerd of ``node`` (default the first)."""
+        return self._run(node).ctr
 
     @property
     def kubelet_running(self) -> bool:
-        return self._kubelet is not None and self._kubelet.running()
+        return self.kubelet_running_on(None)
+
+    def kubelet_running_on(self, node: str | None) -> bool:
+        kubelet = self._run(node).kubelet
+        return kubelet is not None and kubelet.running()
 
     @property
     def pids(self) -> dict[str, int]:
@@ -277,11 +406,11 @@ class RealNode(LocalCluster):
         return (
             super().running
             and all(c.running() for c in self._node_components())
-            and len(self._node_components()) == 4
+            and len(self._node_components()) == 1 + 3 * len(self.specs)
         )
 
     def _node_components(self) -> list[_Component]:
-        comps = (self._containerd, self._scheduler, self._kubelet, self._proxy)
+        comps = [self._scheduler] + [c for run in self._nodes.values() for c in run.components()]
         return [c for c in comps if c is not None]
 
     def logs(self, lines: int = 25) -> str:
@@ -329,22 +458,42 @@ class RealNode(LocalCluster):
             _live.add(self)
             began = time.monotonic()
             try:
-                done = node_host.cleanup(extra_mount_roots=[self.containerd_root])
+                done = node_host.cleanup(extra_mount_roots=containerd_roots())
                 if done:
                     print(f"cleaned up after an earlier node: {'; '.join(done)}", file=sys.stderr)
                 self._host_state = HostState.record(NODE_IP, self.containerd_root)
                 node_host.add_node_address(NODE_IP)
-                node_host.write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
-                node_host.guard_egress(POD_CIDR)
+                if len(self.specs) == 1:
+                    node_host.write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
+                    node_host.guard_egress(POD_CIDR)
+                else:
+                    links = [
+                        node_host.NodeLink(
+                            spec.netns or "",
+                            f"{node_host.VETH_PREFIX}{spec.letter}",
+                            spec.ip,
+                            spec.pod_subnet,
+                        )
+                        for spec in self.specs
+                    ]
+                    prefix = int(NODES_SUBNET.split("/")[1])
+                    node_host.add_nodes_network(NODES_BRIDGE_IP, prefix, links, [HOST_TEST_RANGE], POD_CIDR)
+                    for spec in self.specs:
+                        node_host.make_cgroup_root(spec.cgroup_root or "")
                 super().start()  # keys, etcd, kube-apiserver, kube-controller-manager
                 self.timings["control plane"] = time.monotonic() - began
-                self._start_containerd()
+                for run in self._nodes.values():
+                    self._start_containerd(run)
                 self.timings["containerd"] = time.monotonic() - began
                 self._start_scheduler()
-                self._start_kubelet()
-                self._start_proxy()
-                self._wait_node_ready()
-                self.timings["node Ready"] = time.monotonic() - began
+                for run in self._nodes.values():
+                    self._start_kubelet(run)
+                    self._start_proxy(run)
+                for run in self._nodes.values():
+                    self._wait_node_ready(run)
+                self.timings["node Ready" if len(self.specs) == 1 else "nodes Ready"] = (
+                    time.monotonic() - began
+                )
             except BaseException:
                 self.stop()
                 raise
@@ -357,37 +506,49 @@ class RealNode(LocalCluster):
                 super().stop()
                 return
             try:
+                for hook in reversed(self.stop_hooks):
+                    with contextlib.suppress(Exception):
+                        hook()
+                self.stop_hooks.clear()
                 self._drain_pods()
             finally:
-                for comp in (self._proxy, self._kubelet, self._scheduler):
-                    if comp is not None:
-                        comp.stop(5.0)
-                self._proxy = self._kubelet = self._scheduler = None
+                for run in self._nodes.values():
+                    for comp in (run.proxy, run.kubelet):
+                        if comp is not None:
+                            comp.stop(5.0)
+                    run.proxy = run.kubelet = None
+                if self._scheduler is not None:
+                    self._scheduler.stop(5.0)
+                self._scheduler = None
                 super().stop()  # kube-controller-manager, kube-apiserver, etcd, the work dir
-                if self._containerd is not None:
-                    with contextlib.suppress(Exception):
-                        if self.ctr.up():
-                            self.ctr.remove_all()
-                    self._containerd.stop(10.0)
-                    self._containerd = None
-                node_host.cleanup(self._host_state, extra_mount_roots=[self.containerd_root])
+                for run in self._nodes.values():
+                    if run.containerd is not None:
+                        with contextlib.suppress(Exception):
+                            if run.ctr.up():
+                                run.ctr.remove_all()
+                        run.containerd.stop(10.0)
+                        run.containerd = None
+                node_host.cleanup(self._host_state, extra_mount_roots=containerd_roots())
                 self._host_state = None
                 self._machine.release()
 
-    def stop_kubelet(self) -> None:
-        """Stop the kubelet only: its pods keep running, the node goes NotReady after the grace period."""
+    def stop_kubelet(self, node: str | None = None, *, kill: bool = False) -> None:
+        """Stop the kubelet of ``node`` (default the first) only: its pods keep running, the node goes
+        NotReady after the grace period. ``kill``: SIGKILL, no graceful stop."""
         with self._lock:
-            if self._kubelet is not None:
-                self._kubelet.stop(5.0)
+            kubelet = self._run(node).kubelet
+            if kubelet is not None:
+                kubelet.stop(0 if kill else 5.0)
 
-    def start_kubelet(self) -> None:
+    def start_kubelet(self, node: str | None = None) -> None:
         """Start the kubelet stopped by :meth:`stop_kubelet` again; returns once the node is Ready."""
         with self._lock:
-            if self._kubelet is None:
+            run = self._run(node)
+            if run.kubelet is None:
                 raise ClusterError("node not started")
-            if not self._kubelet.running():
-                self._kubelet.start()
-            self._wait_node_ready()
+            if not run.kubelet.running():
+                run.kubelet.start()
+            self._wait_node_ready(run)
 
     # -- control plane (LocalCluster with what pods need) ---------------------------------------
 
@@ -418,15 +579,19 @@ class RealNode(LocalCluster):
     def _write_auth(self) -> None:
         super()._write_auth()
         tokens = self.workdir / "pki" / "tokens.csv"
-        lines = [f'{self._tokens[f"system:node:{NODE_NAME}"]},system:node:{NODE_NAME},kubelet,"system:nodes"']
+        lines = [
+            f'{self._tokens[f"system:node:{n}"]},system:node:{n},kubelet-{n},"system:nodes"'
+            for n in self._nodes
+        ]
         lines += [f"{self._tokens[u]},{u},{u}" for u in ("system:kube-scheduler", "system:kube-proxy")]
         with tokens.open("a") as out:
             out.write("\n".join(lines) + "\n")
 
     def _write_kubeconfigs(self) -> None:
         super()._write_kubeconfigs()
+        files = [(f"system:node:{n}", self._kubelet_kubeconfig_name(n)) for n in self._nodes]
         for user, file in (
-            (f"system:node:{NODE_NAME}", "kubelet.kubeconfig"),
+            *files,
             ("system:kube-scheduler", "scheduler.kubeconfig"),
             ("system:kube-proxy", "proxy.kubeconfig"),
         ):
@@ -436,6 +601,13 @@ class RealNode(LocalCluster):
             path = self.workdir / file
             path.write_text(json.dumps(doc, indent=2) + "\n")
             path.chmod(0o600)
+
+    def _kubelet_kubeconfig_name(self, node: str) -> str:
+        return "kubelet.kubeconfig" if len(self.specs) == 1 else f"kubelet-{node}.kubeconfig"
+
+    def _log(self, run: _NodeRun, component: str) -> Path:
+        suffix = "" if len(self.specs) == 1 else f"-{run.spec.letter}"
+        return self.workdir / "logs" / f"{component}{suffix}.log"
 
     def _start_apiserver(self) -> None:
         pki = self.workdir / "pki"
@@ -527,43 +699,63 @@ class RealNode(LocalCluster):
 
     # -- the node --------------------------------------------------------------------------------
 
-    def _start_containerd(self) -> None:
+    def _start_containerd(self, run: _NodeRun) -> None:
         assert self.images is not None
-        config_dir = RUN_ROOT / "config"
+        spec = run.spec
+        config_dir = spec.run_dir / "config"
         cni_dir = config_dir / "net.d"
         registry_dir = config_dir / "registry"
         cni_dir.mkdir(parents=True, exist_ok=True)
-        (NODE_ROOT / "cni-ipam").mkdir(parents=True, exist_ok=True)
-        self.containerd_root.mkdir(parents=True, exist_ok=True)
+        (spec.node_dir / "cni-ipam").mkdir(parents=True, exist_ok=True)
+        spec.containerd_root.mkdir(parents=True, exist_ok=True)
         write_registry_hosts(registry_dir)
+        # One node: routes to the Service range and the node's address. Several: also to the other
+        # nodes' pods and to the machine's test addresses (the API server's), through the node.
+        routes = (
+            [SERVICE_CIDR, f"{NODE_IP}/32"]
+            if spec.netns is None
+            else [SERVICE_CIDR, HOST_TEST_RANGE, POD_CIDR]
+        )
         (cni_dir / f"10-{CNI_NETWORK}.conflist").write_text(
-            cni_config(
-                CNI_NETWORK, POD_SUBNET, POD_GATEWAY, [SERVICE_CIDR, f"{NODE_IP}/32"], NODE_ROOT / "cni-ipam"
-            )
+            cni_config(CNI_NETWORK, spec.pod_subnet, spec.gateway, routes, spec.node_dir / "cni-ipam")
         )
-        layout = ContainerdLayout(self.containerd_root, cni_dir, registry_dir, self.images.pause)
+        layout = _Layout(spec.containerd_root, cni_dir, registry_dir, self.images.pause, spec.run_dir)
         config = config_dir / "containerd.toml"
-        config.write_text(render_config(layout))
-        self._containerd = _Component(
-            "containerd", ["containerd", "--config", str(config)], self.workdir / "logs" / "containerd.log"
+        # render_config() names the single node's socket; each node has its own.
+        config.write_text(render_config(layout).replace(str(CONTAINERD_SOCKET), str(spec.socket)))
+        run.containerd = _Component(
+            "containerd", spec.argv(["containerd", "--config", str(config)]), self._log(run, "containerd")
         )
-        self._containerd.start()
-        self._wait("containerd", self._containerd, self.ctr.up)
-        self._import_images()
+        run.containerd.start()
+        self._wait("containerd", run.containerd, run.ctr.up)
+        try:
+            self._import_images(run.ctr)
+        except HostError as exc:
+            # containerd 1.6 can fail to import a new build into a root that holds an older one
+            # ("content digest ... not found") and keep a broken image record: the root is only
+            # a cache of imports, so start again from an empty one.
+            print(f"{spec.name}: {exc}; importing into an empty containerd root", file=sys.stderr)
+            run.containerd.stop(10.0)
+            node_host.unmount_all([spec.containerd_root])
+            shutil.rmtree(spec.containerd_root)
+            spec.containerd_root.mkdir(parents=True)
+            run.containerd.start()
+            self._wait("containerd", run.containerd, run.ctr.up)
+            self._import_images(run.ctr)
 
-    def _import_images(self) -> None:
+    def _import_images(self, ctr: Ctr) -> None:
         assert self.images is not None
-        present = self.ctr.images()
+        present = ctr.images()
         for ref, archive in self.images.archives.items():
             if ref not in present:
-                self.ctr.import_image(archive, ref)
+                ctr.import_image(archive, ref)
         wanted = set(self.images.archives)
         stale = [
             ref
             for ref in present
             if ref.startswith(("localhost/mqbalance:", "localhost/mqbalance-pause:")) and ref not in wanted
         ]
-        self.ctr.remove_images(stale)
+        ctr.remove_images(stale)
 
     def _start_scheduler(self) -> None:
         port = self._ports.setdefault("scheduler", free_port())
@@ -585,15 +777,16 @@ class RealNode(LocalCluster):
             "kube-scheduler /healthz", self._scheduler, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz")
         )
 
-    def _kubelet_config(self) -> dict[str, Any]:
+    def _kubelet_config(self, spec: NodeSpec | None = None) -> dict[str, Any]:
+        spec = spec or self.specs[0]
         config: dict[str, Any] = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": NODE_IP,
-            "port": 10250,
+            "address": spec.ip,
+            "port": KUBELET_PORT,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
-            "healthzPort": self._ports.setdefault("kubelet-healthz", free_port()),
+            "healthzPort": self._ports.setdefault(f"kubelet-healthz-{spec.name}", free_port()),
             "authentication": {
                 "anonymous": {"enabled": False},
                 "webhook": {"enabled": True},
@@ -616,85 +809,103 @@ class RealNode(LocalCluster):
             "imageGCLowThresholdPercent": 99,
         }
         if self.minor >= 27:
-            config["containerRuntimeEndpoint"] = f"unix://{CONTAINERD_SOCKET}"
+            config["containerRuntimeEndpoint"] = f"unix://{spec.socket}"
         if self.minor >= 31:
             config["failCgroupV1"] = False  # many sandboxes still mount cgroup v1
+        if spec.cgroup_root is not None:
+            config["cgroupRoot"] = spec.cgroup_root  # kubepods of its own
+        if spec.netns is not None:
+            # Each kubelet removes log directories of pods it does not know: one directory each.
+            config["podLogsDir"] = str(spec.node_dir / "pods")
         return config
 
-    def _start_kubelet(self) -> None:
+    def _start_kubelet(self, run: _NodeRun) -> None:
         assert self.images is not None
-        root = NODE_ROOT / "kubelet"
+        spec = run.spec
+        root = spec.node_dir / "kubelet"
         root.mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "kubelet-config.json"
-        config.write_text(json.dumps(self._kubelet_config(), indent=2) + "\n")
+        suffix = "" if len(self.specs) == 1 else f"-{spec.letter}"
+        config = self.workdir / f"kubelet-config{suffix}.json"
+        config.write_text(json.dumps(self._kubelet_config(spec), indent=2) + "\n")
         argv = [
             str(self.bin_dir / "kubelet"),
             f"--config={config}",
-            f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
-            f"--hostname-override={NODE_NAME}",
-            f"--node-ip={NODE_IP}",
-            f"--node-labels=topology.kubernetes.io/zone={NODE_ZONE}",
+            f"--kubeconfig={self.workdir / self._kubelet_kubeconfig_name(spec.name)}",
+            f"--hostname-override={spec.name}",
+            f"--node-ip={spec.ip}",
+            f"--node-labels=topology.kubernetes.io/zone={spec.zone}",
             f"--root-dir={root}",
-            f"--cert-dir={self.workdir / 'kubelet-pki'}",
+            f"--cert-dir={self.workdir / f'kubelet-pki{suffix}'}",
             "--v=1",
         ]
         if self.minor < 27:
             argv += [
                 "--container-runtime=remote",
-                f"--container-runtime-endpoint=unix://{CONTAINERD_SOCKET}",
+                f"--container-runtime-endpoint=unix://{spec.socket}",
                 f"--pod-infra-container-image={self.images.pause}",
             ]
-        self._kubelet = _Component("kubelet", argv, self.workdir / "logs" / "kubelet.log")
-        self._kubelet.start()
+        run.kubelet = _Component("kubelet", spec.argv(argv), self._log(run, "kubelet"))
+        run.kubelet.start()
 
-    def _start_proxy(self) -> None:
-        healthz = self._ports.setdefault("proxy-healthz", free_port())
-        metrics = self._ports.setdefault("proxy-metrics", free_port())
+    def _start_proxy(self, run: _NodeRun) -> None:
+        spec = run.spec
+        if spec.netns is None:
+            health_host = "127.0.0.1"
+            healthz = self._ports.setdefault("proxy-healthz", free_port())
+            metrics = self._ports.setdefault("proxy-metrics", free_port())
+        else:  # the node's own network: its own ports, reached from the machine at the node's address
+            health_host, healthz, metrics = spec.ip, 10256, 10249
         argv = [
             str(self.bin_dir / "kube-proxy"),
             f"--kubeconfig={self.workdir / 'proxy.kubeconfig'}",
-            f"--hostname-override={NODE_NAME}",
-            f"--bind-address={NODE_IP}",
+            f"--hostname-override={spec.name}",
+            f"--bind-address={spec.ip}",
             f"--cluster-cidr={POD_CIDR}",
             "--proxy-mode=iptables",
             # Leave the machine's conntrack settings alone.
             "--conntrack-max-per-core=0",
             "--conntrack-tcp-timeout-established=0",
             "--conntrack-tcp-timeout-close-wait=0",
-            f"--nodeport-addresses={NODE_IP}/32",
-            f"--healthz-bind-address=127.0.0.1:{healthz}",
-            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            f"--nodeport-addresses={spec.ip}/32",
+            f"--healthz-bind-address={health_host}:{healthz}",
+            f"--metrics-bind-address={health_host}:{metrics}",
             "--v=1",
         ]
-        self._proxy = _Component("kube-proxy", argv, self.workdir / "logs" / "kube-proxy.log")
-        self._proxy.start()
+        run.proxy = _Component("kube-proxy", spec.argv(argv), self._log(run, "kube-proxy"))
+        run.proxy.start()
         self._wait(
-            "kube-proxy /healthz", self._proxy, lambda: _http_ok(f"http://127.0.0.1:{healthz}/healthz")
+            "kube-proxy /healthz", run.proxy, lambda: _http_ok(f"http://{health_host}:{healthz}/healthz")
         )
 
-    def _wait_node_ready(self) -> None:
-        assert self._kubelet is not None
+    def node_ready(self, node: str | None = None) -> bool:
+        """The node's Ready condition is True and it has no taints."""
+        status, body = self.request("GET", f"/api/v1/nodes/{self.spec(node).name}")
+        if status != 200:
+            return False
+        conditions = {c["type"]: c["status"] for c in body.get("status", {}).get("conditions", [])}
+        return conditions.get("Ready") == "True" and not body.get("spec", {}).get("taints")
 
-        def ready() -> bool:
-            status, node = self.request("GET", f"/api/v1/nodes/{NODE_NAME}")
-            if status != 200:
-                return False
-            conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
-            return conditions.get("Ready") == "True" and not node.get("spec", {}).get("taints")
+    def _wait_node_ready(self, run: _NodeRun) -> None:
+        assert run.kubelet is not None
+        what = "the node" if len(self.specs) == 1 else f"node {run.spec.name}"
+        self._wait(f"{what} Ready and untainted", run.kubelet, lambda: self.node_ready(run.spec.name))
+        if run.proxy is not None:
+            self._wait(
+                "kube-proxy's rules for the kubernetes Service",
+                run.proxy,
+                lambda: self._service_rules(run.spec),
+            )
 
-        self._wait("the node Ready and untainted", self._kubelet, ready)
-        if self._proxy is not None:
-            self._wait("kube-proxy's rules for the kubernetes Service", self._proxy, self._service_rules)
-
-    def _service_rules(self) -> bool:
+    def _service_rules(self, spec: NodeSpec) -> bool:
         # Checked in the rules rather than by sending to the Service IP: until the rules exist,
         # such a packet would follow the default route off the machine.
-        out = node_host.run(["iptables-save", "-t", "nat"], check=False).stdout
+        out = node_host.run(spec.argv(["iptables-save", "-t", "nat"]), check=False).stdout
         return f"-d {SERVICE_IP}/32" in out and f"--to-destination {NODE_IP}:{self._apiserver_port}" in out
 
     def _drain_pods(self) -> None:
-        """Delete every pod through the kubelet (so CNI and mounts are released), quickly."""
-        if not (self._kubelet and self._kubelet.running() and self._apiserver and self._apiserver.running()):
+        """Delete every pod through the kubelets (so CNI and mounts are released), quickly."""
+        kubelets = [run.kubelet for run in self._nodes.values()]
+        if not (all(k and k.running() for k in kubelets) and self._apiserver and self._apiserver.running()):
             return
         for comp in (self._controller_manager, self._scheduler):
             if comp is not None:
@@ -705,8 +916,24 @@ class RealNode(LocalCluster):
             check=False, timeout=60,
         )  # fmt: skip
         deadline = polling.deadline(60)
-        while time.monotonic() < deadline and self.ctr.up() and self.ctr.containers():
+        ctrs = [run.ctr for run in self._nodes.values()]
+        while time.monotonic() < deadline and any(c.up() and c.containers() for c in ctrs):
             time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class _Layout(ContainerdLayout):
+    """A node's containerd with its own state and runc root under the node's run directory."""
+
+    run_dir: Path = RUN_ROOT
+
+    @property
+    def state(self) -> Path:
+        return self.run_dir / "containerd"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.run_dir / "runc"
 
 
 def _https_ok(url: str) -> bool:
@@ -729,13 +956,17 @@ def _http_ok(url: str) -> bool:
 def _cmd_up(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    node = RealNode(args.dir, version=args.version)
+    node = RealNode(args.dir, version=args.version, nodes=args.nodes)
     started = time.monotonic()
     with node:
+        what = "real node" if args.nodes == 1 else f"{args.nodes} real nodes"
         print(
-            f"# real node {node.version} Ready in {time.monotonic() - started:.1f} s at {node.server}",
+            f"# {what} {node.version} Ready in {time.monotonic() - started:.1f} s at {node.server}",
             file=sys.stderr,
         )
+        for spec in node.specs:
+            where = f"netns {spec.netns}" if spec.netns else "the machine's network"
+            print(f"# {spec.name}: {spec.zone}, {spec.ip}, pods {spec.pod_subnet}, {where}", file=sys.stderr)
         assert node.images is not None
         print(
             f"# images: {node.images.mqbalance}, {node.images.pause}; logs: {node.workdir / 'logs'}",
@@ -757,7 +988,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
     lock = MachineLock()
     lock.acquire()  # refuses while a node runs
     try:
-        done = node_host.cleanup(extra_mount_roots=[cache_dir() / "node" / "containerd"])
+        done = node_host.cleanup(extra_mount_roots=containerd_roots())
     finally:
         lock.release()
     print("\n".join(done) if done else "nothing left behind")
@@ -789,6 +1020,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if name == "up":
             cmd.add_argument("--dir", type=Path, default=None, help="keep kubeconfig, keys and logs here")
+            cmd.add_argument(
+                "--nodes",
+                type=int,
+                default=1,
+                help=f"1 (default) to {MAX_NODES}: one zone and network namespace each",
+            )
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -36,6 +36,15 @@ STATE_FILE = RUN_ROOT / "state.json"
 CONTAINERD_SOCKET = RUN_ROOT / "containerd.sock"
 BRIDGE = "mqb-cni0"
 EGRESS_CHAIN = "MQBALANCE-NODE-EGRESS"
+FAULT_CHAIN = "MQBALANCE-FAULT"
+"""Inside a node's network namespace: the rules of :mod:`harness.netfault` (partitions)."""
+# A cluster of several nodes: each node in a network namespace of its own, joined to a bridge on
+# the machine by a veth pair; the names below are the project's own, so cleanup finds them by name.
+NODES_BRIDGE = "mqb-nodes"
+NETNS_PREFIX = "mqb-node-"
+VETH_PREFIX = "mqb-veth-"
+CGROUP_PREFIX = "mqb-node-"
+"""Each node's kubelet has its own cgroup root (``/sys/fs/cgroup/<controller>/mqb-node-<x>``)."""
 POD_LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
 CNI_CACHE = Path("/var/lib/cni")
 NETNS_DIR = Path("/run/netns")
@@ -170,11 +179,11 @@ def remove_node_address(node_ip: str) -> None:
     run(["ip", "addr", "del", f"{node_ip}/32", "dev", "lo"], check=False)
 
 
-def guard_egress(pod_cidr: str) -> None:
-    """Drop anything pods send that would leave through another interface than their bridge."""
+def guard_egress(pod_cidr: str, bridge: str = BRIDGE) -> None:
+    """Drop anything pods send that would leave through another interface than ``bridge``."""
     run(["iptables", "-w", "-N", EGRESS_CHAIN], check=False)
     run(["iptables", "-w", "-F", EGRESS_CHAIN])
-    run(["iptables", "-w", "-A", EGRESS_CHAIN, "-s", pod_cidr, "!", "-o", BRIDGE, "-j", "DROP"])
+    run(["iptables", "-w", "-A", EGRESS_CHAIN, "-s", pod_cidr, "!", "-o", bridge, "-j", "DROP"])
     jump = ["FORWARD", "-j", EGRESS_CHAIN]
     if run(["iptables", "-w", "-C", *jump], check=False).returncode != 0:
         run(["iptables", "-w", "-I", *jump])
@@ -230,11 +239,97 @@ def remove_bridge() -> None:
     run(["ip", "link", "del", BRIDGE], check=False)
 
 
+def in_netns(netns: str, argv: list[str]) -> list[str]:
+    """``argv`` run in the network namespace ``netns`` only (same mounts, cgroups and processes)."""
+    return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *argv]
+
+
+def ns_run(netns: str, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run(in_netns(netns, argv), check=check)
+
+
+@dataclass(frozen=True)
+class NodeLink:
+    """One node of a cluster of several: its namespace, its address on the nodes' bridge, its pods' range."""
+
+    netns: str
+    veth: str
+    address: str
+    pod_subnet: str
+
+
+def add_nodes_network(
+    bridge_address: str, prefix_len: int, nodes: list[NodeLink], host_routes: list[str], pod_cidr: str
+) -> None:
+    """The nodes' bridge on the machine with ``bridge_address``, a network namespace per node
+    joined to it by a veth pair (``eth0`` inside), and routes: each node reaches the machine's
+    ``host_routes`` (the API server's address) through the bridge and the other nodes' pod ranges
+    through those nodes; the machine reaches every pod range through its node. No namespace has a
+    default route. Pods' packets may leave their node only towards other pods and ``host_routes``;
+    the machine drops any pod packet it would route off the bridge."""
+    run(["ip", "link", "add", NODES_BRIDGE, "type", "bridge"])
+    run(["ip", "addr", "add", f"{bridge_address}/{prefix_len}", "dev", NODES_BRIDGE])
+    run(["ip", "link", "set", NODES_BRIDGE, "up"])
+    for node in nodes:
+        run(["ip", "netns", "add", node.netns])
+        run(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns])
+        run(["ip", "link", "set", node.veth, "master", NODES_BRIDGE, "up"])
+        ns_run(node.netns, ["ip", "link", "set", "lo", "up"])
+        ns_run(node.netns, ["ip", "addr", "add", f"{node.address}/{prefix_len}", "dev", "eth0"])
+        ns_run(node.netns, ["ip", "link", "set", "eth0", "up"])
+        for dst in host_routes:
+            ns_run(node.netns, ["ip", "route", "add", dst, "via", bridge_address, "dev", "eth0"])
+        for other in nodes:
+            if other is not node:
+                ns_run(
+                    node.netns, ["ip", "route", "add", other.pod_subnet, "via", other.address, "dev", "eth0"]
+                )
+        ns_run(node.netns, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        ns_run(node.netns, ["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"], check=False)
+        guard = ["iptables", "-w", "-A", EGRESS_CHAIN, "-s", pod_cidr]
+        ns_run(node.netns, ["iptables", "-w", "-N", EGRESS_CHAIN])
+        ns_run(node.netns, [*guard, "-o", BRIDGE, "-j", "RETURN"])
+        for dst in [pod_cidr, *host_routes]:
+            ns_run(node.netns, [*guard, "-o", "eth0", "-d", dst, "-j", "RETURN"])
+        ns_run(node.netns, [*guard, "-j", "DROP"])
+        ns_run(node.netns, ["iptables", "-w", "-I", "FORWARD", "-j", EGRESS_CHAIN])
+        ns_run(node.netns, ["iptables", "-w", "-N", FAULT_CHAIN])
+        for hook in ("INPUT", "OUTPUT", "FORWARD"):
+            ns_run(node.netns, ["iptables", "-w", "-I", hook, "-j", FAULT_CHAIN])
+        run(["ip", "route", "add", node.pod_subnet, "via", node.address, "dev", NODES_BRIDGE])
+    guard_egress(pod_cidr, NODES_BRIDGE)
+
+
+def node_netns() -> list[str]:
+    """The nodes' network namespaces present now (by the project's prefix)."""
+    return sorted(p.name for p in NETNS_DIR.glob(f"{NETNS_PREFIX}*")) if NETNS_DIR.is_dir() else []
+
+
+def node_links() -> list[str]:
+    """The nodes' bridge and the machine's ends of their veth pairs present now."""
+    names = [p.name for p in Path("/sys/class/net").iterdir()]
+    return sorted(n for n in names if n == NODES_BRIDGE or n.startswith(VETH_PREFIX))
+
+
+def remove_nodes_network() -> list[str]:
+    """Delete the nodes' namespaces (their rules, routes and ``eth0`` go with them), the machine's
+    veth ends and the bridge (the routes through it go with it); returns what was removed."""
+    done = []
+    for netns in node_netns():
+        run(["ip", "netns", "del", netns], check=False)
+        done.append(f"removed network namespace {netns}")
+    for link in node_links():
+        run(["ip", "link", "del", link], check=False)
+        done.append(f"removed link {link}")
+    return done
+
+
 # -- processes, mounts, cgroups -----------------------------------------------------------------
 
 
-def shim_pids(socket: Path = CONTAINERD_SOCKET) -> list[int]:
-    """containerd shims of this node's containerd (they outlive it by design)."""
+def shim_pids(socket: Path | None = None) -> list[int]:
+    """containerd shims of the nodes' containerds (they outlive it by design): of the one at
+    ``socket``, or of every one whose socket is under :data:`RUN_ROOT`."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -243,7 +338,10 @@ def shim_pids(socket: Path = CONTAINERD_SOCKET) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(socket).encode() in argv:
+        if not (argv and argv[0].endswith(b"containerd-shim-runc-v2")):
+            continue
+        under_root = any(a.startswith(str(RUN_ROOT).encode() + b"/") for a in argv)
+        if (str(socket).encode() in argv) if socket is not None else under_root:
             pids.append(int(proc.name))
     return pids
 
@@ -288,9 +386,24 @@ def unmount_all(roots: Iterable[Path]) -> None:
 
 
 def _pod_cgroup_tops() -> list[Path]:
+    """The single node's ``kubepods`` hierarchies, and each node's own cgroup root of a cluster
+    of several nodes (``mqb-node-<x>``, with its ``kubepods`` inside)."""
     root = Path("/sys/fs/cgroup")
     tops = [root / "kubepods"] + [d / "kubepods" for d in root.iterdir() if d.is_dir()]
+    tops += sorted(root.glob(f"*/{CGROUP_PREFIX}*"))
     return [t for t in tops if t.is_dir()]
+
+
+def make_cgroup_root(name: str) -> None:
+    """``/<name>`` in every cgroup v1 hierarchy (the kubelet's ``cgroupRoot`` must exist); a new
+    cpuset gets its parent's CPUs and memory nodes, or no process could join it."""
+    root = Path("/sys/fs/cgroup")
+    for hierarchy in sorted(d for d in root.iterdir() if d.is_dir() and (d / "cgroup.procs").exists()):
+        group = hierarchy / name.strip("/")
+        group.mkdir(exist_ok=True)
+        for key in ("cpuset.cpus", "cpuset.mems"):
+            if (hierarchy / key).exists() and not (group / key).read_text().strip():
+                (group / key).write_text((hierarchy / key).read_text().strip())
 
 
 def pod_pids() -> list[int]:
@@ -350,6 +463,7 @@ def cleanup(state: HostState | None = None, extra_mount_roots: Iterable[Path] = 
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         remove_bridge()
         done.append(f"removed bridge {BRIDGE}")
+    done += remove_nodes_network()
     if any(
         ln.startswith(":KUBE-") or EGRESS_CHAIN in ln for t in ("filter", "nat") for ln in _iptables_rules(t)
     ):
@@ -370,6 +484,8 @@ def cleanup(state: HostState | None = None, extra_mount_roots: Iterable[Path] = 
             if directory in POD_LOG_DIRS:
                 shutil.rmtree(directory, ignore_errors=True)
             elif directory.is_dir():
+                if directory == NETNS_DIR and mounts_under([NETNS_DIR]):
+                    run(["umount", str(NETNS_DIR)], check=False)  # `ip netns add` made it a mount
                 for sub in sorted(directory.rglob("*"), key=lambda p: -len(p.parts)):
                     with contextlib.suppress(OSError):
                         sub.rmdir()  # empty directories only: anything else is not ours
@@ -408,7 +524,12 @@ def leftovers(node_ip: str | None = None, extra_mount_roots: Iterable[Path] = ()
     netns = cni_netns_mounts()
     if netns:
         found.append(f"network namespaces {[str(n) for n in netns]}")
+    if node_netns():
+        found.append(f"node network namespaces {node_netns()}")
+    if node_links():
+        found.append(f"links {node_links()}")
     cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods") if p.is_dir()]
+    cgroups += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_PREFIX}*") if p.is_dir()]
     if Path("/sys/fs/cgroup/kubepods").is_dir():
         cgroups.append("/sys/fs/cgroup/kubepods")
     if cgroups:

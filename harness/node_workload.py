@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,11 @@ def helm(node: RealNode, *args: str, timeout: float = 300) -> str:
     return result.stdout
 
 
-def install_chart(node: RealNode, images: Images) -> None:
-    """``helm install`` of charts/mqbalance with the locally built image, never pulled."""
+def install_chart(node: RealNode, images: Images, groups: Sequence[str] = ()) -> None:
+    """``helm install`` of charts/mqbalance with the locally built image, never pulled.
+    ``groups``: the chart's ``sidecar.groups`` (the sidecars may then acknowledge releases and renew
+    their member Leases for these groups: spec.handover)."""
+    extra = ["--set", f"sidecar.groups={{{','.join(groups)}}}"] if groups else []
     helm(
         node,
         "install", RELEASE, str(CHART),
@@ -67,6 +71,7 @@ def install_chart(node: RealNode, images: Images) -> None:
         "--set", f"image.tag={images.tag}",
         "--set", "image.pullPolicy=Never",
         "--set", f"sidecar.namespaces={{{NAMESPACE}}}",
+        *extra,
         "--wait", "--timeout", f"{scaled(240):.0f}s",
         timeout=360,
     )  # fmt: skip
@@ -76,12 +81,13 @@ def kubectl_json(node: RealNode, *args: str) -> Any:
     return json.loads(node.kubectl(*args, "-o", "json").stdout)
 
 
-def consumer_deployment(images: Images, replicas: int = 3) -> dict[str, Any]:
+def consumer_deployment(images: Images, replicas: int = 3, *, spread_zones: bool = False) -> dict[str, Any]:
     """examples/consumer-deployment.yaml with the local image, and a real consumer app.
 
     The app container runs harness/consumer_app.py: it long-polls the sidecar and has a
     readinessProbe the test can fail; the sidecar container is the example's, unchanged but
-    for the image and the pull policy.
+    for the image and the pull policy. ``spread_zones``: the pods are spread evenly over the
+    nodes' zones (a topology spread constraint on ``topology.kubernetes.io/zone``).
     """
     deployment: dict[str, Any] = yaml.safe_load((EXAMPLES / "consumer-deployment.yaml").read_text())
     deployment["metadata"]["namespace"] = NAMESPACE
@@ -107,7 +113,29 @@ def consumer_deployment(images: Images, replicas: int = 3) -> dict[str, Any]:
     app["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
     sidecar["image"] = images.mqbalance
     sidecar["imagePullPolicy"] = "Never"
+    if spread_zones:
+        pod["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+            }
+        ]
     return deployment
+
+
+def zones_of_pods(node: RealNode, names: set[str], namespace: str = NAMESPACE) -> dict[str, str]:
+    """pod name -> the zone of the node it runs on (the node's ``topology.kubernetes.io/zone``)."""
+    zones = {
+        n["metadata"]["name"]: n["metadata"].get("labels", {}).get("topology.kubernetes.io/zone", "?")
+        for n in kubectl_json(node, "get", "nodes")["items"]
+    }
+    return {
+        p["metadata"]["name"]: zones.get(p["spec"].get("nodeName", ""), "?")
+        for p in pods(node, namespace=namespace)
+        if p["metadata"]["name"] in names
+    }
 
 
 def apply(node: RealNode, *documents: dict[str, Any]) -> None:

@@ -28,10 +28,22 @@ from harness.node_workload import (
 _HERE = Path(__file__).resolve().parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "chaos: faults on three real nodes, longer; run by `make test-chaos`, not `make test-node`"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.node)
+    # Tests marked chaos run only when the marker expression names them (make test-chaos).
+    if "chaos" not in (config.getoption("markexpr", "") or ""):
+        chaos = [item for item in items if item.get_closest_marker("chaos") is not None]
+        if chaos:
+            config.hook.pytest_deselected(items=chaos)
+            items[:] = [item for item in items if item.get_closest_marker("chaos") is None]
 
 
 @pytest.fixture(scope="session")
