@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
 # docs/local-cluster.md. The real-pod tests (`make test-node`, root) run on a kubelet + containerd
 # node of the same release (docs/real-node.md).
-.PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq browser java-test demo \
+.PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq browser kwok java-test demo \
 	demo-node test test-k8s-1.20 test-node test-chaos test-unit test-mutation test-slow lint format bench bench-node bench-fleet crds release clean
 
 help:
@@ -34,6 +34,7 @@ help:
 	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
 	@echo "make browser        install Debian's chromium for the report's screenshot test"
+	@echo "make kwok           build or reuse kwok (fake nodes for the fleet bench) from Go modules"
 	@echo "make crds           copy crds/ into the Helm chart"
 	@echo "make release        write dist/: wheel, sdist, chart, image archive, Java jars, SBOMs, checksums"
 
@@ -92,7 +93,7 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv control-plane java-oracle rocketmq browser lint
+test: venv control-plane java-oracle rocketmq browser kwok lint
 	MQBALANCE_K8S_VERSION=current $(BIN)/pytest
 	$(MAKE) java-test
 
@@ -138,9 +139,12 @@ bench-node: venv node images
 
 # Not in `make test` nor `make bench`: minutes at its default size (docs/scale.md); FLEET_ARGS sizes it,
 # e.g. FLEET_ARGS="--nodes 1000 --pods 30000 --groups 3000".
-bench-fleet: venv control-plane
-	bash hack/build-kwok.sh >/dev/null
+bench-fleet: venv control-plane kwok
 	$(BIN)/python bench/bench_fleet.py $(FLEET_ARGS)
+
+# kwok's fake nodes (docs/scale.md): the fleet bench and its smoke test in `make test`.
+kwok:
+	bash hack/build-kwok.sh >/dev/null
 
 crds:
 	cp crds/*.yaml charts/mqbalance/crds/
