@@ -30,13 +30,19 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
 
 
 def apply_topic(
-    api: client.ApiClient, namespace: str, name: str, brokers: list[dict[str, Any]], **spec: Any
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    brokers: list[dict[str, Any]] | None = None,
+    **spec: Any,
 ) -> None:
+    """Create or patch Topic ``name``; ``brokers`` None leaves spec.brokers out (a route read from
+    the NameServer in ``spec``)."""
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Topic",
         "metadata": {"name": name},
-        "spec": {"brokers": brokers, **spec},
+        "spec": {**({"brokers": brokers} if brokers is not None else {}), **spec},
     }
     try:
         custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "topics", body)

@@ -26,11 +26,9 @@ from harness.polling import wait_for
 from harness.processes import OperatorProcess
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import (
-    GROUP,
-    VERSION,
     apply_group,
+    apply_topic,
     condition,
-    custom,
     status_of,
     wait_generation,
 )
@@ -105,18 +103,7 @@ def test_status_column_and_metrics_show_lag_and_an_unreachable_broker_is_a_condi
     namespace, node = lag_namespace
     topic = topic_name[-40:].lstrip("-")
     rocketmq.create_topic(topic, 2)  # 2 queues on each of broker-a and broker-b
-    custom(api).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "topics",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Topic",
-            "metadata": {"name": "orders"},
-            "spec": {"topicName": topic, "nameServer": {"pollSeconds": 5}},
-        },
-    )
+    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
     apply_group(
         api,
         namespace,

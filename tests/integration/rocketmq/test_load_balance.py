@@ -31,10 +31,8 @@ from harness.rocketmq import RocketMQ
 from mqbalance.model import MessageQueue
 from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length, request
 from tests.integration.operator_support import (
-    GROUP,
-    VERSION,
     apply_group,
-    custom,
+    apply_topic,
     read_document,
     status_for,
     status_of,
@@ -190,18 +188,7 @@ def test_load_aware_sticky_moves_the_fewest_queues_then_stays_put(
     namespace = load_namespace
     topic = topic_name[-40:].lstrip("-")
     rocketmq.create_topic(topic, 4)  # 4 queues on each of broker-a and broker-b
-    custom(api).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "topics",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Topic",
-            "metadata": {"name": "orders"},
-            "spec": {"topicName": topic, "nameServer": {"pollSeconds": 5}},
-        },
-    )
+    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
     apply_group(
         api,
         namespace,
