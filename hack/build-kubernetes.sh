@@ -80,20 +80,6 @@ if ((check_only)); then
   exit
 fi
 
-find_go() {
-  local go="${MQBALANCE_GO:-}"
-  if [[ -z "$go" ]]; then
-    if [[ -x /usr/local/go/bin/go ]]; then
-      go=/usr/local/go/bin/go
-    else
-      go="$(command -v go || true)"
-    fi
-  fi
-  [[ -n "$go" && -x "$go" ]] ||
-    die "no Go toolchain: install Go (the release's go.mod names the minimum) or set MQBALANCE_GO"
-  echo "$go"
-}
-
 version_ge() {  # version_ge A B: A >= B for dotted versions (1.26.8 >= 1.26.0)
   [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]
 }

@@ -63,20 +63,6 @@ if ((check_only)); then
   exit
 fi
 
-find_go() {
-  local go="${MQBALANCE_GO:-}"
-  if [[ -z "$go" ]]; then
-    if [[ -x /usr/local/go/bin/go ]]; then
-      go=/usr/local/go/bin/go
-    else
-      go="$(command -v go || true)"
-    fi
-  fi
-  [[ -n "$go" && -x "$go" ]] ||
-    die "no Go toolchain: install Go (kwok's go.mod names the minimum) or set MQBALANCE_GO"
-  echo "$go"
-}
-
 build() {
   local go start=$SECONDS work
   go="$(find_go)"

@@ -39,3 +39,17 @@ apt_install_missing() {  # apt_install_missing PACKAGE...: those of them not ins
   done
   apt_install "${missing[@]}"
 }
+
+find_go() {  # the go command: $MQBALANCE_GO, else /usr/local/go/bin/go, else go on PATH
+  local go="${MQBALANCE_GO:-}"
+  if [[ -z "$go" ]]; then
+    if [[ -x /usr/local/go/bin/go ]]; then
+      go=/usr/local/go/bin/go
+    else
+      go="$(command -v go || true)"
+    fi
+  fi
+  [[ -n "$go" && -x "$go" ]] ||
+    die "no Go toolchain: install Go (the go.mod of what is built names the minimum) or set MQBALANCE_GO"
+  echo "$go"
+}
