@@ -56,9 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     Watch,
     cpu_seconds,
-    create_group,
     create_namespace,
-    create_topic,
+    create_sticky_group,
     ensure,
     generation_of,
     kube_api,
@@ -69,6 +68,7 @@ from bench.common import (
     run_parallel,
     set_ready,
     table,
+    zone_brokers,
 )
 from harness.cluster import LocalCluster
 from harness.kubeapi import ApiError, KubeApi
@@ -823,26 +823,14 @@ def run(
     )
     setup_rows.append(["kwok: every node Ready", f"{time.perf_counter() - started:.1f}", "", ""])
 
-    brokers = [
-        {"name": f"broker-{z[-1]}", "readQueueNums": args.queues, "writeQueueNums": args.queues, "zone": z}
-        for z in ZONES
-    ]
-
-    def group_objects(ns: str, name: str, debounce: float) -> None:
-        create_topic(api, ns, name, brokers)
-        spec = {
-            "topics": [name],
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": {"name": "STICKY", "zoneAffinity": True},
-            "debounceSeconds": debounce,
-        }
-        create_group(api, ns, name, spec)
-
+    group_objects = functools.partial(create_sticky_group, api, brokers=zone_brokers(ZONES, args.queues))
     calls: list[Callable[[], object]] = [
-        functools.partial(group_objects, namespace_of(g, args.namespaces), group_name(g), args.debounce)
+        functools.partial(
+            group_objects, namespace_of(g, args.namespaces), group_name(g), debounce=args.debounce
+        )
         for g in range(args.groups)
     ]
-    calls.append(functools.partial(group_objects, rollout_ns, ROLLOUT_GROUP, 0))
+    calls.append(functools.partial(group_objects, rollout_ns, ROLLOUT_GROUP, debounce=0))
     step("Topics and ConsumerGroups", calls)
 
     ready = ReadyPods()

@@ -59,7 +59,7 @@ from bench.common import (
     create_namespace,
     create_node,
     create_pod,
-    create_topic,
+    create_sticky_group,
     generation_of,
     kube_api,
     local_cluster,
@@ -69,6 +69,7 @@ from bench.common import (
     run_parallel,
     set_ready,
     table,
+    zone_brokers,
 )
 from harness.kubeapi import KubeApi
 from harness.polling import deadline as deadline_after
@@ -143,22 +144,10 @@ def setup(
     for node in nodes:
         create_node(api, node, node.rsplit("-", 1)[0].removeprefix("node-"))
     steps.append(("namespaces and nodes", time.perf_counter() - started, len(names) + len(nodes)))
-    per_broker = queues // 2
-    brokers = [
-        {"name": f"broker-{z[-1]}", "readQueueNums": per_broker, "writeQueueNums": per_broker, "zone": z}
-        for z in ZONES[:2]
-    ]
+    brokers = zone_brokers(ZONES[:2], queues // 2)
 
     def group_objects(i: int) -> None:
-        ns, name = namespace_of(i, groups, namespaces), f"g{i:05d}"
-        create_topic(api, ns, name, brokers)
-        spec = {
-            "topics": [name],
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": {"name": "STICKY", "zoneAffinity": True},
-            "debounceSeconds": 0,
-        }
-        create_group(api, ns, name, spec)
+        create_sticky_group(api, namespace_of(i, groups, namespaces), f"g{i:05d}", brokers)
 
     seconds = run_parallel([lambda i=i: group_objects(i) for i in range(groups)], workers)  # type: ignore[misc]
     steps.append(("Topics and ConsumerGroups", seconds, 2 * groups))

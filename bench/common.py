@@ -165,6 +165,29 @@ def create_group(api: KubeApi, ns: str, name: str, spec: dict[str, Any]) -> None
     ensure(api, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/consumergroups", body)
 
 
+def zone_brokers(zones: Sequence[str], queues: int) -> list[dict[str, Any]]:
+    """A broker ``broker-<last letter of the zone>`` with ``queues`` read and write queues per zone."""
+    return [
+        {"name": f"broker-{z[-1]}", "readQueueNums": queues, "writeQueueNums": queues, "zone": z}
+        for z in zones
+    ]
+
+
+def create_sticky_group(
+    api: KubeApi, ns: str, name: str, brokers: list[dict[str, Any]], debounce: float = 0
+) -> None:
+    """A bench group: Topic ``name`` on ``brokers`` and a STICKY group with zone affinity of the same
+    name, selecting the pods labelled ``app=<name>``."""
+    create_topic(api, ns, name, brokers)
+    spec = {
+        "topics": [name],
+        "selector": {"matchLabels": {"app": name}},
+        "strategy": {"name": "STICKY", "zoneAffinity": True},
+        "debounceSeconds": debounce,
+    }
+    create_group(api, ns, name, spec)
+
+
 def pod_status(ready: bool) -> dict[str, Any]:
     """What a kubelet writes for a running container, Ready or not."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

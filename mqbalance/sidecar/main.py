@@ -14,15 +14,10 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from mqbalance.kube import KubeClient
+from mqbalance.sidecar.acks import AckRecorder
 from mqbalance.sidecar.app import SOURCE_TASK, STATE, create_app, create_metrics_app
 from mqbalance.sidecar.config import ConfigError, SidecarConfig, parse_config
-from mqbalance.sidecar.watch import (
-    AckRecorder,
-    AssignmentSource,
-    FilesSource,
-    KubernetesSource,
-    MemberLease,
-)
+from mqbalance.sidecar.watch import AssignmentSource, FilesSource, KubernetesSource, MemberLease
 
 log = logging.getLogger("mqbalance.sidecar")
 

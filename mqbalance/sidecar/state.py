@@ -1,133 +1,29 @@
 """What the sidecar serves: the groups' assignments, the topic routes, the producer state.
 
-Sources (API watches, mounted files, tests) write here; HTTP handlers read. Each new
-assignment is encoded once on arrival, so serving it is a dictionary lookup and a
-write of ready bytes, however many requests follow.
-
-Time-bounded ownership: when a document carries lease terms (handover Release or Orderly) and
-the sidecar renews its member Lease (:class:`Grant` enabled), this pod may serve its queues only
-for ``lease.seconds`` after the last renewal that reached the API server, counted from when it was
-*sent*, on the monotonic clock. Past that the group is *fenced*: ``GET /v1/queues`` lists no
-queues and says ``"fenced": true`` until a renewal succeeds again.
+Sources (API watches, mounted files, tests) write here; HTTP handlers read. The answers are
+encoded on arrival (``answers.py``); how long this pod may serve them is its grant
+(``grant.py``): past it a group is fenced and serves no queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, LeaseTerms
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
+from mqbalance.sidecar.answers import RouteEntry, Served, dumps, fenced_view, member_view
+from mqbalance.sidecar.grant import Grant, Monotonic
 from mqbalance.sidecar.metrics import SidecarMetrics
 
 log = logging.getLogger(__name__)
 
 WallClock = Callable[[], float]
-Monotonic = Callable[[], float]
-
-
-class Grant:
-    """This pod's confirmed contact with the API server: what bounds how long it may serve."""
-
-    def __init__(self, monotonic: Monotonic = time.monotonic) -> None:
-        self.enabled = False
-        """Whether a member Lease is renewed (a sidecar fed from files or a test has no grant)."""
-        self.confirmed_at: float | None = None
-        """Monotonic time at which the last renewal that then succeeded was sent."""
-        self.monotonic = monotonic
-        self.changed = asyncio.Event()
-        """Set when a renewal succeeds or new lease terms arrive (the fence watcher looks again)."""
-
-    def confirm(self, sent_at: float) -> None:
-        if self.confirmed_at is None or sent_at > self.confirmed_at:
-            self.confirmed_at = sent_at
-        self.changed.set()
-
-    def remaining(self, lease: LeaseTerms | None) -> float | None:
-        """Seconds this grant still lasts under ``lease`` (0: fenced); None when there is no grant."""
-        if not self.enabled or lease is None:
-            return None
-        if self.confirmed_at is None:
-            return 0.0  # no renewal yet: fenced until the first one succeeds
-        return max(0.0, self.confirmed_at + lease.seconds - self.monotonic())
-
-
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True)
-class Served:
-    """One group's assignment as served, with its responses encoded in advance."""
-
-    document: AssignmentDocument
-    received_at: float
-    queues_body: bytes
-    """``GET /v1/queues``: this pod's queues."""
-    assignment_body: bytes
-    """``GET /v1/assignment``: the whole document."""
-    fenced_body: bytes = b""
-    """``GET /v1/queues`` while fenced (documents with lease terms only): no queues."""
-
-    @property
-    def generation(self) -> int:
-        return self.document.generation
-
-
-def member_view(resource: str, member: str, doc: AssignmentDocument, received_at: float) -> dict[str, Any]:
-    """This pod's share of ``doc``: the body of ``GET /v1/queues``."""
-    queues = doc.queues_of(member)
-    view = {
-        "group": doc.group,
-        "groupResource": resource,
-        "member": member,
-        "isMember": member in doc.members,
-        "zone": doc.members.get(member),
-        "generation": doc.generation,
-        "strategy": doc.strategy,
-        "messageModel": doc.message_model,
-        "computedAt": doc.computed_at,
-        "receivedAt": received_at,
-        "reason": doc.reason,
-        "queueCount": sum(len(q) for q in queues.values()),
-        "queues": {
-            topic: [{"brokerName": mq.broker_name, "queueId": mq.queue_id} for mq in topic_queues]
-            for topic, topic_queues in sorted(queues.items())
-        },
-    }
-    if doc.handover != HandoverMode.OFF:
-        view["handover"] = doc.handover
-        # Revoked from this pod and held by nobody until it releases them: stop fetching them, commit
-        # their offsets, then POST /v1/release.
-        view["releasing"] = [
-            {"generation": r.generation, "queues": _queue_lists(r.queues)} for r in doc.releasing_of(member)
-        ]
-    return view
-
-
-def fenced_view(view: dict[str, Any]) -> dict[str, Any]:
-    """``view`` (a :func:`member_view`) while fenced: no queues, and why."""
-    return {
-        **view,
-        "queueCount": 0,
-        "queues": {topic: [] for topic in view["queues"]},
-        "fenced": True,
-        "grant": {"validForMs": 0},
-    }
-
-
-def _queue_lists(queues: Iterable[MessageQueue]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for mq in queues:
-        out.setdefault(mq.topic, []).append({"brokerName": mq.broker_name, "queueId": mq.queue_id})
-    return out
 
 
 class GroupState:
@@ -170,9 +66,9 @@ class GroupState:
         self.served = Served(
             document=doc,
             received_at=now,
-            queues_body=_dumps(view),
+            queues_body=dumps(view),
             assignment_body=doc.encode().encode(),
-            fenced_body=_dumps(fenced_view(view)) if doc.lease is not None else b"",
+            fenced_body=dumps(fenced_view(view)) if doc.lease is not None else b"",
         )
         self._record(current.document if current is not None else None, doc, now)
         self.grant.changed.set()
@@ -314,55 +210,6 @@ class GroupState:
 
 def _owned(doc: AssignmentDocument, member: str) -> set[MessageQueue]:
     return {mq for queues in doc.queues_of(member).values() for mq in queues}
-
-
-def select_answer(mq: MessageQueue) -> bytes:
-    """The body of ``POST /v1/topics/{topic}/select`` that names ``mq``."""
-    return _dumps({"topic": mq.topic, "broker": mq.broker_name, "queueId": mq.queue_id})
-
-
-@dataclass(frozen=True, slots=True)
-class RouteEntry:
-    """A Topic resource's route with what selection needs from it, computed once per route.
-
-    Routes change rarely and selections come by the thousand: the writable queues
-    (empty when there is none; the producer then raises its error) and the encoded
-    answer naming each of them are ready before the first request.
-    """
-
-    resource: str
-    route: TopicRoute
-    queues: tuple[MessageQueue, ...]
-    answers: dict[MessageQueue, bytes]
-
-    @classmethod
-    def of(cls, resource: str, route: TopicRoute) -> RouteEntry:
-        queues = tuple(route.writable_queues())
-        return cls(resource, route, queues, {mq: select_answer(mq) for mq in queues})
-
-    def answer(self, mq: MessageQueue) -> bytes:
-        found = self.answers.get(mq)
-        return found if found is not None else select_answer(mq)
-
-
-def route_json(resource: str, route: TopicRoute) -> dict[str, Any]:
-    return {
-        "topic": route.topic,
-        "resource": resource,
-        "brokers": [
-            {
-                "name": b.name,
-                "zone": b.zone,
-                "readQueueNums": b.read_queue_nums,
-                "writeQueueNums": b.write_queue_nums,
-                "perm": b.perm,
-                "master": b.has_master,
-            }
-            for b in route.brokers
-        ],
-        "readableQueues": len(route.readable_queues()),
-        "writableQueues": len(route.writable_queues()),
-    }
 
 
 class SidecarState:

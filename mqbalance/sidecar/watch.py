@@ -19,7 +19,6 @@ from typing import Any, Protocol
 from mqbalance.contract import (
     CONFIGMAP_KEY,
     TOPICS,
-    Ack,
     AssignmentDocument,
     DocumentError,
     RouteNotRead,
@@ -27,7 +26,6 @@ from mqbalance.contract import (
     configmap_name,
     custom_path,
     read_topic,
-    releases_configmap_name,
 )
 from mqbalance.kube import ApiError, Informer, Key, KubeClient, LeaseLock
 from mqbalance.model import TopicRoute
@@ -92,18 +90,6 @@ def configmap_snapshot(obj: Mapping[str, Any]) -> str | None:
 def topic_snapshot(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The spec, and the route the operator read from a NameServer (for Topics that name one)."""
     return {"spec": obj.get("spec") or {}, "route": (obj.get("status") or {}).get("route")}
-
-
-class AckRecorder:
-    """Writes this pod's release acknowledgements into its groups' releases ConfigMaps."""
-
-    def __init__(self, kube: KubeClient, namespace: str, pod: str) -> None:
-        self._kube, self._namespace, self._pod = kube, namespace, pod
-
-    async def record(self, group: str, ack: Ack) -> None:
-        """One key, the pod's name: the Role may grant patch on that one ConfigMap (resourceNames)."""
-        path = f"/api/v1/namespaces/{self._namespace}/configmaps/{releases_configmap_name(group)}"
-        await self._kube.merge_patch(path, {"data": {self._pod: ack.encode()}})
 
 
 MEMBER_LEASE_SUFFIX = "-mqbalance-member"

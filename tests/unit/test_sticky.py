@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,33 +11,9 @@ from hypothesis import strategies as st
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.quality import measure, minimum_moves
 from mqbalance.strategies import allocate
+from tests.unit.sticky_support import AFFINE, STICKY, Case, Shares, cost, least_costs
 
-STICKY = StrategySpec(StrategyName.STICKY)
-AFFINE = StrategySpec(StrategyName.STICKY, zone_affinity=True)
 BROKERS = ("a", "b", "c")
-
-
-Shares = Mapping[str, Sequence[MessageQueue]]
-Case = tuple[list[MessageQueue], list[str], dict[str, tuple[MessageQueue, ...]], Zones]
-
-
-def owners(assignment: Shares) -> dict[MessageQueue, set[str]]:
-    out: dict[MessageQueue, set[str]] = {}
-    for consumer, share in assignment.items():
-        for mq in share:
-            out.setdefault(mq, set()).add(consumer)
-    return out
-
-
-def cost(assignment: Shares, previous: Shares, zones: Zones) -> tuple[int, int]:
-    """(cross-zone placements, moves) of an exactly-once assignment."""
-    before = owners(previous)
-    cross = moves = 0
-    for consumer, share in assignment.items():
-        for mq in share:
-            cross += zones.of_consumer(consumer) != zones.of_broker(mq.broker_name)
-            moves += bool(before.get(mq)) and consumer not in before[mq]
-    return cross, moves
 
 
 def brute_force(
@@ -46,18 +21,10 @@ def brute_force(
 ) -> tuple[tuple[int, int] | None, int | None]:
     """Least (cross-zone, moves) and least moves over every balanced assignment."""
     base, extra = divmod(len(queues), len(consumers))
-    best_pair, best_moves = None, None
-    for owners_ in itertools.product(range(len(consumers)), repeat=len(queues)):
-        loads = [owners_.count(i) for i in range(len(consumers))]
-        if sorted(loads) != [base] * (len(consumers) - extra) + [base + 1] * extra:
-            continue
-        assignment = {
-            c: [q for q, o in zip(queues, owners_, strict=True) if o == i] for i, c in enumerate(consumers)
-        }
-        pair = cost(assignment, previous, zones)
-        best_pair = pair if best_pair is None else min(best_pair, pair)
-        best_moves = pair[1] if best_moves is None else min(best_moves, pair[1])
-    return best_pair, best_moves
+    loads = [base] * (len(consumers) - extra) + [base + 1] * extra
+    return least_costs(
+        queues, consumers, previous, zones, lambda a: sorted(len(share) for share in a.values()) == loads
+    )
 
 
 def balanced(assignment: Shares, queues: Sequence[MessageQueue]) -> bool:

@@ -4,20 +4,14 @@ assignment allows, checked against exhaustive search."""
 
 from __future__ import annotations
 
-import itertools
 import random
-from collections.abc import Mapping, Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.strategies import allocate, allocate_group
-
-STICKY = StrategySpec(StrategyName.STICKY)
-AFFINE = StrategySpec(StrategyName.STICKY, zone_affinity=True)
-Shares = Mapping[str, Sequence[MessageQueue]]
-Case = tuple[list[MessageQueue], list[str], dict[str, tuple[MessageQueue, ...]], Zones]
+from tests.unit.sticky_support import AFFINE, STICKY, Case, Shares, cost, least_costs
 
 
 def spreads(assignment: Shares) -> tuple[int, int]:
@@ -28,43 +22,18 @@ def spreads(assignment: Shares) -> tuple[int, int]:
     return max(totals) - min(totals), max((max(c) - min(c) for c in per_topic), default=0)
 
 
-def cost(assignment: Shares, previous: Shares, zones: Zones) -> tuple[int, int]:
-    before: dict[MessageQueue, set[str]] = {}
-    for consumer, share in previous.items():
-        for mq in share:
-            before.setdefault(mq, set()).add(consumer)
-    cross = moves = 0
-    for consumer, share in assignment.items():
-        for mq in share:
-            cross += zones.of_consumer(consumer) != zones.of_broker(mq.broker_name)
-            moves += bool(before.get(mq)) and consumer not in before[mq]
-    return cross, moves
-
-
 def brute_force(
     queues: list[MessageQueue], consumers: list[str], previous: Shares, zones: Zones
 ) -> tuple[tuple[int, int], int]:
     """Least (cross-zone, moves) and least moves over every assignment balanced per topic and in total."""
-    best_pair: tuple[int, int] | None = None
-    best_moves: int | None = None
-    for choice in itertools.product(range(len(consumers)), repeat=len(queues)):
-        assignment = {
-            c: [q for q, o in zip(queues, choice, strict=True) if o == i] for i, c in enumerate(consumers)
-        }
-        if max(spreads(assignment)) > 1:
-            continue
-        pair = cost(assignment, previous, zones)
-        best_pair = pair if best_pair is None else min(best_pair, pair)
-        best_moves = pair[1] if best_moves is None else min(best_moves, pair[1])
+    best_pair, best_moves = least_costs(queues, consumers, previous, zones, lambda a: max(spreads(a)) <= 1)
     assert best_pair is not None, "a doubly balanced assignment always exists"
     assert best_moves is not None
     return best_pair, best_moves
 
 
 @st.composite
-def cases(
-    draw: st.DrawFn,
-) -> tuple[list[MessageQueue], list[str], dict[str, tuple[MessageQueue, ...]], Zones]:
+def cases(draw: st.DrawFn) -> Case:
     queues = draw(
         st.lists(
             st.builds(

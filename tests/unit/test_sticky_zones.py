@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones, sort_consumers, sort_queues
+from mqbalance.model import MessageQueue, Zones, sort_consumers, sort_queues
 from mqbalance.strategies import allocate
 from mqbalance.strategies.sticky import allocate_transport, previous_holders
 from mqbalance.strategies.sticky_zones import _deal, allocate_zone_sticky
+from tests.unit.sticky_support import AFFINE, Case, Shares
 
-AFFINE = StrategySpec(StrategyName.STICKY, zone_affinity=True)
 BROKERS = tuple(f"broker-{i}" for i in range(6))
 POOL = tuple(f"pod-{i}" for i in range(10))
 ZONE_NAMES = ("z1", "z2", "z3", "z4")
-
-Shares = Mapping[str, Sequence[MessageQueue]]
-Case = tuple[list[MessageQueue], list[str], dict[str, tuple[MessageQueue, ...]], Zones]
 
 
 @st.composite

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -73,4 +74,30 @@ def operator_process(
     print(op.tail(200))
 
 
-__all__ = ["ZONES", "wait_for"]
+@dataclass(frozen=True)
+class Testbed:
+    """What most operator tests work with (the ``testbed`` fixture): the module's API client and
+    namespace, its zoned nodes (node -> zone, "" for the node without one) and the running operator."""
+
+    api: client.ApiClient
+    ns: str
+    zone_nodes: dict[str, str]
+    operator: OperatorProcess
+
+    @property
+    def nodes(self) -> list[str]:
+        """The nodes that have a zone."""
+        return [n for n, z in self.zone_nodes.items() if z]
+
+
+@pytest.fixture
+def testbed(
+    module_api: client.ApiClient,
+    module_namespace: str,
+    zone_nodes: dict[str, str],
+    operator_process: OperatorProcess,
+) -> Testbed:
+    return Testbed(module_api, module_namespace, zone_nodes, operator_process)
+
+
+__all__ = ["ZONES", "Testbed", "wait_for"]

@@ -17,14 +17,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import OperatorProcess, SidecarProcess
+from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument, read_topic
 from tests.integration.invariants import check_document, check_journal
+from tests.integration.operator.conftest import Testbed
 from tests.integration.operator_support import (
     REPO,
     apply_group,
@@ -53,14 +53,11 @@ def sidecar_view(doc: AssignmentDocument, pod: str) -> dict[str, list[dict[str, 
 
 def test_operator_sidecar_and_replay_agree(
     cluster: LocalCluster,
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
+    testbed: Testbed,
     tmp_path: Path,
 ) -> None:
-    ns, api = module_namespace, module_api
-    zoned = sorted(node for node, zone in zone_nodes.items() if zone)
+    ns, api = testbed.ns, testbed.api
+    zoned = sorted(testbed.nodes)
     apply_topic(api, ns, "orders", brokers(4))
     apply_group(
         api,
@@ -136,7 +133,7 @@ def test_operator_sidecar_and_replay_agree(
     finally:
         sidecar.stop()
 
-    records = [r for r in operator_process.journal_records() if r.group == GROUP]
+    records = [r for r in testbed.operator.journal_records() if r.group == GROUP]
     assert len(records) >= 1 + len(changes)
     assert check_journal(records) == len(records)
     assert [r.generation for r in records] == sorted({r.generation for r in records})

@@ -12,6 +12,7 @@ from harness.polling import wait_for, work_timeout
 from harness.processes import OperatorProcess
 from mqbalance.contract import read_topic
 from tests.integration.invariants import check_document, check_journal
+from tests.integration.operator.conftest import Testbed
 from tests.integration.operator_support import (
     apply_group,
     apply_topic,
@@ -55,14 +56,9 @@ def _setup(
     return brokers
 
 
-def test_membership_zone_and_topic_changes(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
-) -> None:
-    api, ns, name = module_api, module_namespace, "life"
-    nodes = [n for n, z in zone_nodes.items() if z]
+def test_membership_zone_and_topic_changes(testbed: Testbed) -> None:
+    api, ns, name = testbed.api, testbed.ns, "life"
+    nodes = testbed.nodes
     brokers = _setup(api, ns, name, nodes, 3)
     doc = wait_generation(api, ns, name, 1)
     assert set(doc.members) == {"life-0", "life-1", "life-2"}
@@ -79,7 +75,7 @@ def test_membership_zone_and_topic_changes(
     assert condition(status, "Balanced")["status"] == "True"
     wait_for(
         "rebalance metric",
-        lambda: operator_process.metric("mqbalance_rebalances_total", reason="member-joined"),
+        lambda: testbed.operator.metric("mqbalance_rebalances_total", reason="member-joined"),
     )
     check_document(doc, _readable(brokers))
 
@@ -104,7 +100,7 @@ def test_membership_zone_and_topic_changes(
     assert doc.reason == "zone-changed"
     assert doc.members["life-0"] == "zone-moved"
     assert status_for(api, ns, name, doc.generation)["zones"].get("zone-moved") == 1
-    kubelet.set_node_zone(api, node_of_0, zone_nodes[node_of_0])
+    kubelet.set_node_zone(api, node_of_0, testbed.zone_nodes[node_of_0])
     doc = wait_generation(api, ns, name, doc.generation + 1)
 
     # the topic gains queues
@@ -129,13 +125,13 @@ def test_membership_zone_and_topic_changes(
     wait_for("a TopicNotFound event", lambda: events_of(api, ns, name, "TopicNotFound"))
     wait_for(
         "invalid gauge",
-        lambda: operator_process.metric("mqbalance_group_invalid", namespace=ns, group=name) == 1,
+        lambda: testbed.operator.metric("mqbalance_group_invalid", namespace=ns, group=name) == 1,
     )
     # membership changes while invalid publish nothing
     kubelet.set_pod_ready(api, ns, "life-1", True)
     wait_for(
         "the pod is seen",
-        lambda: operator_process.metric("mqbalance_reconciles_total", result="invalid") >= 2,
+        lambda: testbed.operator.metric("mqbalance_reconciles_total", result="invalid") >= 2,
     )
     assert read_document(api, ns, name) == before
 
@@ -147,18 +143,13 @@ def test_membership_zone_and_topic_changes(
     assert condition(status, "Ready")["status"] == "True"
     assert set(doc.members) == {"life-0", "life-1", "life-2"}
     assert len(events_of(api, ns, name, "Rebalanced")) >= 1
-    assert operator_process.metric("mqbalance_queues_moved_total") > 0
-    assert check_journal(operator_process.journal_records()) >= 8
+    assert testbed.operator.metric("mqbalance_queues_moved_total") > 0
+    assert check_journal(testbed.operator.journal_records()) >= 8
 
 
-def test_no_members_publishes_an_empty_assignment(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
-) -> None:
-    api, ns, name = module_api, module_namespace, "empty"
-    nodes = [n for n, z in zone_nodes.items() if z]
+def test_no_members_publishes_an_empty_assignment(testbed: Testbed) -> None:
+    api, ns, name = testbed.api, testbed.ns, "empty"
+    nodes = testbed.nodes
     _setup(api, ns, name, nodes, 1)
     doc = wait_generation(api, ns, name, 1)
     kubelet.set_pod_ready(api, ns, "empty-0", False)
@@ -171,14 +162,9 @@ def test_no_members_publishes_an_empty_assignment(
     assert status["unassignedQueues"] == 12
 
 
-def test_idle_members_are_degraded(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
-) -> None:
-    api, ns, name = module_api, module_namespace, "idle"
-    nodes = [n for n, z in zone_nodes.items() if z]
+def test_idle_members_are_degraded(testbed: Testbed) -> None:
+    api, ns, name = testbed.api, testbed.ns, "idle"
+    nodes = testbed.nodes
     labels = {"app": name}
     kubelet.start_pods(api, ns, name, 3, labels, nodes)
     apply_topic(api, ns, name, [{"name": "b", "readQueueNums": 2, "writeQueueNums": 2}])
@@ -188,24 +174,19 @@ def test_idle_members_are_degraded(
     assert condition(status, "Degraded")["reason"] == "IdleMembers"
 
 
-def test_burst_of_pod_changes_in_one_window_is_one_generation(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
-) -> None:
-    api, ns, name = module_api, module_namespace, "burst"
-    nodes = [n for n, z in zone_nodes.items() if z]
+def test_burst_of_pod_changes_in_one_window_is_one_generation(testbed: Testbed) -> None:
+    api, ns, name = testbed.api, testbed.ns, "burst"
+    nodes = testbed.nodes
     _setup(api, ns, name, nodes, 2, debounce=8)
     doc = wait_generation(api, ns, name, 1)
-    journal_before = len(operator_process.journal_records())
+    journal_before = len(testbed.operator.journal_records())
     # A rolling change: four pods join, one leaves, all well inside the 8 s window.
     kubelet.start_pods(api, ns, "burst-new", 4, {"app": name}, nodes)
     kubelet.set_pod_ready(api, ns, "burst-0", False)
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert set(doc.members) == {"burst-1", "burst-new-0", "burst-new-1", "burst-new-2", "burst-new-3"}
     assert doc.reason == "members-changed"
-    records = [r for r in operator_process.journal_records()[journal_before:] if r.group == name]
+    records = [r for r in testbed.operator.journal_records()[journal_before:] if r.group == name]
     assert [r.generation for r in records] == [doc.generation]
 
 
@@ -257,15 +238,12 @@ def test_spec_the_schema_allows_but_cannot_work_is_invalid(
     # No schema or CEL rule relates CONFIG's members to each other (the CRD's rules catch the
     # single-field mistakes on current Kubernetes; the bad-input corpus covers those).
     queue = {"broker": "hz@b", "queueId": 0}
+    room = {"topics": ["room"], "selector": {"matchLabels": {"app": "room"}}}
     apply_group(
         api,
         ns,
         "room",
-        {
-            "topics": ["room"],
-            "selector": {"matchLabels": {"app": "room"}},
-            "strategy": {"name": "CONFIG", "config": {"room-0": [queue], "room-1": [queue]}},
-        },
+        {**room, "strategy": {"name": "CONFIG", "config": {"room-0": [queue], "room-1": [queue]}}},
     )
     status = wait_for(
         "Invalid=True",
@@ -276,28 +254,14 @@ def test_spec_the_schema_allows_but_cannot_work_is_invalid(
     assert "every queue has one owner" in message
     assert read_document(api, ns, "room") is None
     # fixing the spec publishes
-    apply_group(
-        api,
-        ns,
-        "room",
-        {
-            "topics": ["room"],
-            "selector": {"matchLabels": {"app": "room"}},
-            "strategy": {"name": "MACHINE_ROOM", "consumerIdcs": ["hz"]},
-        },
-    )
+    apply_group(api, ns, "room", {**room, "strategy": {"name": "MACHINE_ROOM", "consumerIdcs": ["hz"]}})
     doc = wait_generation(api, ns, "room", 1)
     assert condition(status_for(api, ns, "room", doc.generation), "Invalid")["status"] == "False"
 
 
-def test_restart_changes_nothing_and_deletion_collects_the_configmap(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
-) -> None:
-    api, ns = module_api, module_namespace
-    nodes = [n for n, z in zone_nodes.items() if z]
+def test_restart_changes_nothing_and_deletion_collects_the_configmap(testbed: Testbed) -> None:
+    api, ns = testbed.api, testbed.ns
+    nodes = testbed.nodes
     _setup(api, ns, "keep", nodes, 4)
     wait_generation(api, ns, "keep", 1)
     listed = cast(
@@ -305,18 +269,18 @@ def test_restart_changes_nothing_and_deletion_collects_the_configmap(
     )
     groups = listed["items"]
     before = {g["metadata"]["name"]: read_document(api, ns, g["metadata"]["name"]) for g in groups}
-    journal_before = len(operator_process.journal_records())
+    journal_before = len(testbed.operator.journal_records())
 
-    operator_process.stop()
-    operator_process.start()
+    testbed.operator.stop()
+    testbed.operator.start()
     wait_for(
         "every group reconciled after the restart",
-        lambda: operator_process.metric("mqbalance_reconciles_total") >= len(groups),
+        lambda: testbed.operator.metric("mqbalance_reconciles_total") >= len(groups),
         work_timeout(60, 0.5, len(groups)),
     )
     after = {name: read_document(api, ns, name) for name in before}
     assert after == before
-    assert len(operator_process.journal_records()) == journal_before
+    assert len(testbed.operator.journal_records()) == journal_before
 
     # deleting the group garbage-collects its ConfigMap (kube-controller-manager's GC)
     custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "consumergroups", "keep")
@@ -324,7 +288,7 @@ def test_restart_changes_nothing_and_deletion_collects_the_configmap(
     wait_for(
         "the group's gauges to go",
         lambda: (
-            operator_process.metric("mqbalance_group_members", namespace=ns, group="keep") == 0
-            and 'group="keep"' not in operator_process.metrics_text()
+            testbed.operator.metric("mqbalance_group_members", namespace=ns, group="keep") == 0
+            and 'group="keep"' not in testbed.operator.metrics_text()
         ),
     )

@@ -15,11 +15,12 @@ from kubernetes import client
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import OperatorProcess, SidecarProcess
+from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument, read_topic
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.config import DEFAULT_MAX_WAIT
 from tests.integration.invariants import check_document
+from tests.integration.operator.conftest import Testbed
 from tests.integration.operator_support import (
     apply_group,
     apply_topic,
@@ -100,14 +101,11 @@ def two_pods_with_release(
 
 
 def test_queues_move_only_after_their_owner_released_them(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
+    testbed: Testbed,
     sidecars: Any,
 ) -> None:
-    ns, api, group = module_namespace, module_api, "release"
-    labels, nodes = two_pods_with_release(api, ns, group, zone_nodes, 600)
+    ns, api, group = testbed.ns, testbed.api, "release"
+    labels, nodes = two_pods_with_release(api, ns, group, testbed.zone_nodes, 600)
     apps = {pod: sidecars(pod, group) for pod in (f"{group}-0", f"{group}-1")}
     first = published(api, ns, group, lambda d: len(d.members) == 2, "two members")
     for sidecar in apps.values():  # each application starts: it holds nothing yet
@@ -168,14 +166,11 @@ def test_queues_move_only_after_their_owner_released_them(
 
 
 def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
+    testbed: Testbed,
     sidecars: Any,
 ) -> None:
-    ns, api, group = module_namespace, module_api, "override"
-    labels, nodes = two_pods_with_release(api, ns, group, zone_nodes, 2, pods=1)
+    ns, api, group = testbed.ns, testbed.api, "override"
+    labels, nodes = two_pods_with_release(api, ns, group, testbed.zone_nodes, 2, pods=1)
     leaving, staying = f"{group}-0", f"{group}-1"
     # The second pod joins once the first holds every queue, so that its arrival is a handover
     # (two pods created together may enter in one step, and then nothing is revoked).

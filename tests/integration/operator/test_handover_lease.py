@@ -14,10 +14,11 @@ from kubernetes import client
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import OperatorProcess, SidecarProcess
+from harness.processes import SidecarProcess
 from harness.tcp_proxy import TcpProxy, proxied_kubeconfig, server_address
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
+from tests.integration.operator.conftest import Testbed
 from tests.integration.operator_support import apply_group, apply_topic, read_document
 
 BROKERS = [{"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8}]
@@ -26,14 +27,11 @@ LEASE, RENEW, MARGIN = 4.0, 1.0, 2.0
 
 def test_a_member_cut_off_from_the_api_server_fences_itself_before_its_queues_move(
     cluster: LocalCluster,
-    module_api: client.ApiClient,
-    module_namespace: str,
-    zone_nodes: dict[str, str],
-    operator_process: OperatorProcess,
+    testbed: Testbed,
     tmp_path: Path,
 ) -> None:
-    ns, api, group = module_namespace, module_api, "lease"
-    nodes = sorted(n for n, z in zone_nodes.items() if z)
+    ns, api, group = testbed.ns, testbed.api, "lease"
+    nodes = sorted(testbed.nodes)
     labels = {"app": "handover-lease", "group": group}
     apply_topic(api, ns, f"t-{group}", BROKERS)
     handover = {

@@ -18,7 +18,7 @@ from harness.processes import OperatorProcess
 from mqbalance.contract import read_topic
 from mqbalance.model import MessageQueue
 from tests.integration.operator_support import apply_topic
-from tests.integration.reliability.reliability_support import GenerationWatcher
+from tests.integration.reliability.reliability_support import GenerationWatcher, Rig
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 
@@ -93,3 +93,16 @@ def start_operator(
     yield start
     for op in started:
         op.stop()
+
+
+@pytest.fixture
+def rig(
+    api_client: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    topics: dict[str, list[MessageQueue]],
+    watcher: GenerationWatcher,
+    start_operator: Callable[..., OperatorProcess],
+) -> Rig:
+    """The test's namespace with its nodes, Topics, generation watcher and operator starter."""
+    return Rig(api_client, namespace, nodes, topics, watcher, start_operator)

@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests: a killable operator, a generation watcher, membership churn."""
+"""What the reliability tests share: the rig, a killable operator, a generation watcher, churn."""
 
 from __future__ import annotations
 
@@ -20,13 +20,28 @@ from kubernetes.client.exceptions import ApiException
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
+from harness.processes import OperatorProcess
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, Release
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
 from tests.integration.invariants import assignment_problems
-from tests.integration.operator_support import condition, read_document, status_of
+from tests.integration.operator_support import apply_group, condition, read_document, status_of
 
 PUBLISHED_BY = "mqbalance.io/published-by"
+
+
+@dataclass(frozen=True)
+class Rig:
+    """What a reliability test works with (the ``rig`` fixture): the API and the test's namespace,
+    a node per zone, the two Topics' readable queues, the watcher checking every generation
+    published there, and the starter of operator processes."""
+
+    api: client.ApiClient
+    namespace: str
+    nodes: list[str]
+    topics: dict[str, list[MessageQueue]]
+    watcher: GenerationWatcher
+    start_operator: Callable[..., OperatorProcess]
 
 
 # -- watching every published generation -----------------------------------------------------------
@@ -509,6 +524,25 @@ class Churn:
 
     def members(self, group: str) -> set[str]:
         return {name for name, ready in self.pods[group].items() if ready}
+
+
+def start_churn(
+    api: client.ApiClient,
+    namespace: str,
+    nodes: Sequence[str],
+    rng: random.Random,
+    specs: Mapping[str, Mapping[str, Any]],
+    pods: int = 1,
+) -> Churn:
+    """The groups of ``specs``, each selecting the pods labelled ``app=<group>``, and ``pods``
+    Ready pods of each."""
+    for group, spec in specs.items():
+        apply_group(api, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
+    churn = Churn(api, namespace, list(specs), nodes, rng)
+    for group in specs:
+        for _ in range(pods):
+            churn.add(group)
+    return churn
 
 
 def converged(

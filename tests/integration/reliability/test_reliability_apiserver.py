@@ -20,13 +20,12 @@ from kubernetes import client
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess, SidecarProcess
+from harness.processes import SidecarProcess
 from mqbalance.contract import configmap_name
-from mqbalance.model import MessageQueue
 from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (
     Churn,
-    GenerationWatcher,
+    Rig,
     restarted,
     unexpected_errors,
     wait_converged,
@@ -85,21 +84,15 @@ def sidecar(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[[str, st
 
 
 def restart_loop(
-    rounds: int,
-    cluster: LocalCluster,
-    api: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    sidecar: Callable[[str, str], SidecarProcess],
+    rig: Rig, cluster: LocalCluster, sidecar: Callable[[str, str], SidecarProcess], rounds: int
 ) -> dict[str, int]:
+    api, namespace, watcher = rig.api, rig.namespace, rig.watcher
     rng = random.Random(7)
     apply_group(api, namespace, GROUP, SPEC)
-    churn = Churn(api, namespace, [GROUP], nodes, rng)
+    churn = Churn(api, namespace, [GROUP], rig.nodes, rng)
     mine = churn.add(GROUP)
     churn.add(GROUP)
-    op = start_operator()
+    op = rig.start_operator()
     side = sidecar(namespace, mine)
     restarts = changes = 0
     for _ in range(rounds):
@@ -156,15 +149,10 @@ def restart_loop(
 
 def test_api_server_and_etcd_restarts_lose_nothing(
     cluster: LocalCluster,
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
+    rig: Rig,
     sidecar: Callable[[str, str], SidecarProcess],
 ) -> None:
-    figures = restart_loop(1, cluster, api_client, namespace, nodes, watcher, start_operator, sidecar)
+    figures = restart_loop(rig, cluster, sidecar, 1)
     print("api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
     assert figures["restarts"] == len(DISRUPTIONS)
 
@@ -172,34 +160,25 @@ def test_api_server_and_etcd_restarts_lose_nothing(
 @pytest.mark.slow
 def test_api_server_and_etcd_restarts_many_times(
     cluster: LocalCluster,
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
+    rig: Rig,
     sidecar: Callable[[str, str], SidecarProcess],
 ) -> None:
-    figures = restart_loop(5, cluster, api_client, namespace, nodes, watcher, start_operator, sidecar)
+    figures = restart_loop(rig, cluster, sidecar, 5)
     print("api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
     assert figures["restarts"] == 5 * len(DISRUPTIONS)
 
 
 def test_conflicting_writes_are_retried(
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
+    rig: Rig,
 ) -> None:
     """Another writer keeps changing the ConfigMap while members change: the operator's stale writes
     get 409 Conflict, it re-reads and converges, keeping the other writer's annotation."""
+    api_client, namespace, watcher = rig.api, rig.namespace, rig.watcher
     rng = random.Random(11)
     apply_group(api_client, namespace, GROUP, SPEC)
-    churn = Churn(api_client, namespace, [GROUP], nodes, rng, max_pods=6)
+    churn = Churn(api_client, namespace, [GROUP], rig.nodes, rng, max_pods=6)
     churn.add(GROUP)
-    op = start_operator()
+    op = rig.start_operator()
     wait_converged(api_client, namespace, GROUP, churn.members(GROUP))
     core = client.CoreV1Api(api_client)
     stop = threading.Event()

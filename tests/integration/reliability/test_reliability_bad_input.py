@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
 import re
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -16,12 +16,9 @@ from kubernetes.client.exceptions import ApiException
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import wait_for, work_timeout
-from harness.processes import OperatorProcess
-from mqbalance.model import MessageQueue
 from tests.integration.operator_support import (
     GROUP,
     VERSION,
-    apply_group,
     condition,
     custom,
     get_group,
@@ -29,8 +26,8 @@ from tests.integration.operator_support import (
 from tests.integration.reliability.corpus import PROBE_LABELS, Case, corpus
 from tests.integration.reliability.reliability_support import (
     Caused,
-    Churn,
-    GenerationWatcher,
+    Rig,
+    start_churn,
     wait_converged,
 )
 
@@ -97,34 +94,19 @@ def names_field(message: str, where: str) -> bool:
 
 def test_bad_input_corpus(
     cluster: LocalCluster,
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
+    rig: Rig,
 ) -> None:
+    api_client, namespace, nodes = rig.api, rig.namespace, rig.nodes
     caused = Caused()
     cases = corpus(legacy=cluster.legacy)
     assert len(cases) >= 100
     # The healthy group, and one member that every probe group selects.
-    apply_group(
-        api_client,
-        namespace,
-        CONTROL,
-        {
-            "topics": ["orders", "payments"],
-            "selector": {"matchLabels": {"app": CONTROL}},
-            "debounceSeconds": 0,
-        },
-    )
-    churn = Churn(api_client, namespace, [CONTROL], nodes, __import__("random").Random(3))
-    churn.add(CONTROL)
-    churn.add(CONTROL)
+    control = {"topics": ["orders", "payments"], "debounceSeconds": 0}
+    churn = start_churn(api_client, namespace, nodes, random.Random(3), {CONTROL: control}, pods=2)
     kubelet.create_pod(api_client, namespace, "probe-0", PROBE_LABELS)
     kubelet.bind_pod(api_client, namespace, "probe-0", nodes[0])
     kubelet.set_pod_ready(api_client, namespace, "probe-0")
-    op = start_operator()
+    op = rig.start_operator()
     wait_converged(api_client, namespace, CONTROL, churn.members(CONTROL), caused=caused)
 
     wrong: list[str] = []
@@ -199,7 +181,7 @@ def test_bad_input_corpus(
     assert op.alive, op.tail()
     # At least the healthy group's three generations (two members, three, two again), every
     # generation of every group checked.
-    caused.check(watcher, op.journal_records())
+    caused.check(rig.watcher, op.journal_records())
     print(
         f"bad-input figures on {cluster.version}: cases={len(cases)} "
         + " ".join(f"{k}={v}" for k, v in sorted(outcomes.items()))

@@ -12,20 +12,16 @@ import functools
 import random
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from harness.polling import wait_for
 from harness.processes import OperatorProcess
-from mqbalance.model import MessageQueue
-from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (
-    Churn,
-    GenerationWatcher,
+    Rig,
     owner_count,
+    start_churn,
     wait_converged,
 )
 
@@ -55,23 +51,12 @@ def taken_up(op: OperatorProcess) -> bool:
     return op.reconciles() >= len(GROUPS)
 
 
-def crash_loop(
-    cycles: int,
-    seed: int,
-    api: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-) -> dict[str, int]:
+def crash_loop(rig: Rig, cycles: int, seed: int) -> dict[str, int]:
+    api, namespace, topics, watcher, start_operator = (
+        rig.api, rig.namespace, rig.topics, rig.watcher, rig.start_operator
+    )  # fmt: skip
     rng = random.Random(seed)
-    for group, spec in GROUPS.items():
-        apply_group(api, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
-    churn = Churn(api, namespace, list(GROUPS), nodes, rng)
-    for group in GROUPS:
-        for _ in range(2):
-            churn.add(group)
+    churn = start_churn(api, namespace, rig.nodes, rng, GROUPS, pods=2)
     op = start_operator()
     kills = during_startup = early_restarts = 0
     for _ in range(cycles):
@@ -154,28 +139,14 @@ def _report(figures: dict[str, int]) -> None:
     print("crash-safety figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
 
 
-def test_operator_survives_sigkill_during_bursts(
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-) -> None:
-    figures = crash_loop(10, 9, api_client, namespace, nodes, topics, watcher, start_operator)
+def test_operator_survives_sigkill_during_bursts(rig: Rig) -> None:
+    figures = crash_loop(rig, 10, 9)
     _report(figures)
     assert figures["kills"] == 10, "a cycle's SIGKILL found no running operator"
 
 
 @pytest.mark.slow
-def test_operator_survives_fifty_sigkills(
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-) -> None:
-    figures = crash_loop(50, 2024, api_client, namespace, nodes, topics, watcher, start_operator)
+def test_operator_survives_fifty_sigkills(rig: Rig) -> None:
+    figures = crash_loop(rig, 50, 2024)
     _report(figures)
     assert figures["kills"] == 50, "a cycle's SIGKILL found no running operator"

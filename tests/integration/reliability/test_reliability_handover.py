@@ -18,7 +18,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from mqbalance.sidecar.client import SidecarError
 from mqbalance.sidecar.config import DEFAULT_MAX_WAIT
 from tests.integration.operator_support import apply_group, read_document, status_for
 from tests.integration.reliability.reliability_support import (
-    GenerationWatcher,
+    Rig,
     handover_problems,
     owner_count,
 )
@@ -225,53 +225,63 @@ def all_queues(topics: dict[str, list[MessageQueue]]) -> list[MessageQueue]:
     return [mq for t in SPEC["topics"] for mq in topics[t]]
 
 
-def check_clean(
-    api: client.ApiClient,
-    namespace: str,
-    watcher: GenerationWatcher,
-    fleet: Fleet,
-    op: OperatorProcess,
-    rounds: int,
-    max_outages: int = 0,
-) -> dict[str, int]:
-    """Every generation checked, by the watcher and across each consecutive two; at least the
-    ones the test caused: the first assignment, and per round the revoking generation and the
-    one assigning what was released. The figures."""
-    latest = read_document(api, namespace, GROUP)
-    assert latest is not None
-    watcher.wait_seen(GROUP, latest.generation)
-    caused = 1 + 2 * rounds
-    figures = watcher.assert_clean(
-        min_generations=caused, max_outages=max_outages, journal=op.journal_records()
-    )
-    problems, pairs = handover_problems(watcher.history(GROUP), fleet.departed)
-    assert not problems, "\n".join(problems)
-    assert pairs >= caused - 1, f"only {pairs} pairs of consecutive generations compared ({caused} caused)"
-    handover = status_for(api, namespace, GROUP, latest.generation).get("handover") or {}
-    assert handover.get("overriddenQueues", 0) == 0, f"a release was overridden: {handover}"
-    return {
-        "generations_checked": figures.generations_checked,
-        "pairs_compared": pairs,
-        "gaps_from_journal": figures.generations_from_journal,
-        "watch_outages": figures.outages,
-    }
+@dataclass(frozen=True)
+class HandoverRig(Rig):
+    """A reliability test's rig (:class:`Rig`) with the fleet of pods of the handover group."""
+
+    fleet: Fleet
+
+    def begin(self) -> tuple[list[MessageQueue], OperatorProcess]:
+        """The group with two members, settled, and its operator running: every test's start."""
+        queues = all_queues(self.topics)
+        apply_group(self.api, self.namespace, GROUP, SPEC)
+        self.fleet.join()
+        self.fleet.join()
+        op = self.start_operator()
+        self.settled(queues)
+        return queues, op
+
+    def settled(self, queues: list[MessageQueue]) -> AssignmentDocument:
+        """The document naming exactly the fleet's members, nothing releasing (:func:`settled`)."""
+        return settled(self.api, self.namespace, self.fleet.members, queues)
+
+    def document(self) -> AssignmentDocument:
+        return document(self.api, self.namespace)
+
+    def check_clean(self, op: OperatorProcess, rounds: int, max_outages: int = 0) -> dict[str, int]:
+        """Every generation checked, by the watcher and across each consecutive two; at least the
+        ones the test caused: the first assignment, and per round the revoking generation and the
+        one assigning what was released. The figures."""
+        api, namespace, watcher = self.api, self.namespace, self.watcher
+        latest = read_document(api, namespace, GROUP)
+        assert latest is not None
+        watcher.wait_seen(GROUP, latest.generation)
+        caused = 1 + 2 * rounds
+        figures = watcher.assert_clean(
+            min_generations=caused, max_outages=max_outages, journal=op.journal_records()
+        )
+        problems, pairs = handover_problems(watcher.history(GROUP), self.fleet.departed)
+        assert not problems, "\n".join(problems)
+        assert pairs >= caused - 1, (
+            f"only {pairs} pairs of consecutive generations compared ({caused} caused)"
+        )
+        handover = status_for(api, namespace, GROUP, latest.generation).get("handover") or {}
+        assert handover.get("overriddenQueues", 0) == 0, f"a release was overridden: {handover}"
+        return {
+            "generations_checked": figures.generations_checked,
+            "pairs_compared": pairs,
+            "gaps_from_journal": figures.generations_from_journal,
+            "watch_outages": figures.outages,
+        }
 
 
-def begin(
-    api: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> tuple[list[MessageQueue], OperatorProcess]:
-    """The group with two members, settled, and its operator running: every test's start."""
-    queues = all_queues(topics)
-    apply_group(api, namespace, GROUP, SPEC)
-    fleet.join()
-    fleet.join()
-    op = start_operator()
-    settled(api, namespace, fleet.members, queues)
-    return queues, op
+@pytest.fixture
+def handover_rig(rig: Rig, fleet: Fleet) -> HandoverRig:
+    return HandoverRig(rig.api, rig.namespace, rig.nodes, rig.topics, rig.watcher, rig.start_operator, fleet)
+
+
+def figures_line(what: str, figures: dict[str, int]) -> str:
+    return f"handover {what} figures: " + " ".join(f"{k}={v}" for k, v in figures.items())
 
 
 def change(fleet: Fleet, rng: random.Random) -> tuple[str, str]:
@@ -296,32 +306,24 @@ def change_held(
 KILL_POINTS = ("before-acks", "after-acks", "while-acking")
 
 
-def operator_kill_rounds(
-    rounds: int,
-    seed: int,
-    api: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> dict[str, int]:
+def operator_kill_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, int]:
+    api, namespace, fleet = rig.api, rig.namespace, rig.fleet
     rng = random.Random(seed)
-    queues, op = begin(api, namespace, topics, start_operator, fleet)
+    queues, op = rig.begin()
     kills = 0
     for i in range(rounds):
         what, pod, revoked = change_held(api, namespace, fleet, rng)
         # Nobody has released: the operator keeps the revoked queues from everyone.
         time.sleep(0.5)
-        pending = {mq for r in document(api, namespace).releasing for mq in r.queues}
+        pending = {mq for r in rig.document().releasing for mq in r.queues}
         assert pending >= {mq for r in revoked.releasing for mq in r.queues}, "assigned before the release"
         point = KILL_POINTS[i % len(KILL_POINTS)]
         if point == "before-acks":
             op.kill()  # the revocation is out, nobody has acknowledged it
-            frozen = document(api, namespace)
+            frozen = rig.document()
             fleet.resume_acks()
             wait_acks(api, namespace, frozen)
-            assert document(api, namespace).generation == frozen.generation, "assigned with no operator"
+            assert rig.document().generation == frozen.generation, "assigned with no operator"
         elif point == "after-acks":
             fleet.resume_acks()
             wait_acks(api, namespace, revoked)
@@ -335,12 +337,12 @@ def operator_kill_rounds(
             # The pod goes while no operator runs (its drain gave up at its timeout).
             fleet.finish_leaving(pod, drained=False)
             what = "gone"
-        op = start_operator()
-        settled(api, namespace, fleet.members, queues)
+        op = rig.start_operator()
+        rig.settled(queues)
         if what == "leave":
             fleet.finish_leaving(pod)
     op.stop()
-    figures = check_clean(api, namespace, watcher, fleet, op, rounds)
+    figures = rig.check_clean(op, rounds)
     return {"kills": kills, "rounds": rounds, **figures}
 
 
@@ -348,38 +350,17 @@ def operator_kill_rounds(
     ("rounds", "seed"),
     [pytest.param(6, 5, id="default"), pytest.param(30, 2025, marks=pytest.mark.slow, id="long")],
 )
-def test_operator_killed_between_revoke_and_assign(
-    rounds: int,
-    seed: int,
-    api_client: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> None:
-    figures = operator_kill_rounds(
-        rounds, seed, api_client, namespace, topics, watcher, start_operator, fleet
-    )
-    print("handover operator-kill figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+def test_operator_killed_between_revoke_and_assign(rounds: int, seed: int, handover_rig: HandoverRig) -> None:
+    print(figures_line("operator-kill", operator_kill_rounds(handover_rig, rounds, seed)))
 
 
-def apiserver_rounds(
-    rounds: int,
-    seed: int,
-    cluster: LocalCluster,
-    api: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> dict[str, int]:
+def apiserver_rounds(rig: HandoverRig, cluster: LocalCluster, rounds: int, seed: int) -> dict[str, int]:
+    fleet = rig.fleet
     rng = random.Random(seed)
-    queues, op = begin(api, namespace, topics, start_operator, fleet)
+    queues, op = rig.begin()
     restarts = 0
     for i in range(rounds):
-        what, pod, _ = change_held(api, namespace, fleet, rng)
+        what, pod, _ = change_held(rig.api, rig.namespace, fleet, rng)
         # The API server goes away while the applications acknowledge (their sidecars answer
         # 503 and they retry) and the operator waits for the acknowledgements. (Restarted from
         # this thread: the API server dies with the thread that started it.)
@@ -388,14 +369,14 @@ def apiserver_rounds(
         cluster.restart_apiserver(kill=i % 2 == 1)
         resume.join()
         restarts += 1
-        settled(api, namespace, fleet.members, queues)
+        rig.settled(queues)
         if what == "leave":
             fleet.finish_leaving(pod)
         assert op.alive, f"the operator died:\n{op.tail()}"
     op.stop()
     # A restart breaks the watch once (refused until the new API server listens), or twice when
     # the stopping server still answered a new watch request before it went.
-    figures = check_clean(api, namespace, watcher, fleet, op, rounds, max_outages=2 * restarts)
+    figures = rig.check_clean(op, rounds, max_outages=2 * restarts)
     return {"restarts": restarts, **figures}
 
 
@@ -404,38 +385,19 @@ def apiserver_rounds(
     [pytest.param(2, 3, id="default"), pytest.param(10, 31, marks=pytest.mark.slow, id="long")],
 )
 def test_api_server_restarted_during_a_handover(
-    rounds: int,
-    seed: int,
-    cluster: LocalCluster,
-    api_client: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
+    rounds: int, seed: int, cluster: LocalCluster, handover_rig: HandoverRig
 ) -> None:
-    figures = apiserver_rounds(
-        rounds, seed, cluster, api_client, namespace, topics, watcher, start_operator, fleet
-    )
-    print("handover api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+    print(figures_line("api-restart", apiserver_rounds(handover_rig, cluster, rounds, seed)))
 
 
-def owner_death_rounds(
-    rounds: int,
-    seed: int,
-    api: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
-) -> dict[str, int]:
+def owner_death_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, int]:
+    api, namespace, fleet = rig.api, rig.namespace, rig.fleet
     rng = random.Random(seed)
-    queues, op = begin(api, namespace, topics, start_operator, fleet)
+    queues, op = rig.begin()
     deaths = 0
     for i in range(rounds):
         fleet.hold_acks()
-        generation = document(api, namespace).generation
+        generation = rig.document().generation
         fleet.join()
         revoked = revocation_after(api, namespace, generation)
         victim = rng.choice(sorted({r.owner for r in revoked.releasing}))
@@ -445,20 +407,20 @@ def owner_death_rounds(
         fleet.kill(victim)
         deaths += 1
         if down:
-            op = start_operator()
+            op = rig.start_operator()
         # The victim's queues need no release any more; the others' still do.
         started = time.monotonic()
         fleet.resume_acks()
-        settled(api, namespace, fleet.members, queues)
+        rig.settled(queues)
         waited = time.monotonic() - started
         assert waited < 60, f"the handover took {waited:.0f} s: it waited for the dead owner"
         if len(fleet.members) > 3:
             leaving = rng.choice(sorted(fleet.members))
             fleet.start_leaving(leaving)
-            settled(api, namespace, fleet.members, queues)
+            rig.settled(queues)
             fleet.finish_leaving(leaving)
     op.stop()
-    figures = check_clean(api, namespace, watcher, fleet, op, rounds)
+    figures = rig.check_clean(op, rounds)
     return {"deaths": deaths, **figures}
 
 
@@ -467,14 +429,6 @@ def owner_death_rounds(
     [pytest.param(2, 8, id="default"), pytest.param(10, 99, marks=pytest.mark.slow, id="long")],
 )
 def test_an_old_owner_that_dies_before_it_releases_needs_no_release(
-    rounds: int,
-    seed: int,
-    api_client: client.ApiClient,
-    namespace: str,
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-    fleet: Fleet,
+    rounds: int, seed: int, handover_rig: HandoverRig
 ) -> None:
-    figures = owner_death_rounds(rounds, seed, api_client, namespace, topics, watcher, start_operator, fleet)
-    print("handover owner-death figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
+    print(figures_line("owner-death", owner_death_rounds(handover_rig, rounds, seed)))

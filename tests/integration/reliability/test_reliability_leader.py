@@ -5,20 +5,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 
 from kubernetes import client
 
 from harness.polling import scaled, wait_for
-from harness.processes import OperatorProcess
-from mqbalance.model import MessageQueue
-from tests.integration.operator_support import apply_group
-from tests.integration.reliability.reliability_support import (
-    Caused,
-    Churn,
-    GenerationWatcher,
-    wait_converged,
-)
+from tests.integration.reliability.reliability_support import Caused, Rig, start_churn, wait_converged
 
 LEASE = "mqbalance-operator"
 DURATION = 4
@@ -43,25 +34,15 @@ def lease_spec(api: client.ApiClient, namespace: str) -> client.V1LeaseSpec:
     return (found.spec if found else None) or client.V1LeaseSpec()
 
 
-def test_only_the_lease_holder_writes_and_a_standby_takes_over(
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-) -> None:
+def test_only_the_lease_holder_writes_and_a_standby_takes_over(rig: Rig) -> None:
+    api_client, namespace = rig.api, rig.namespace
     rng = random.Random(5)
     caused = Caused()
-    for group, spec in GROUPS.items():
-        apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
-    churn = Churn(api_client, namespace, list(GROUPS), nodes, rng)
-    for group in GROUPS:
-        churn.add(group)
+    churn = start_churn(api_client, namespace, rig.nodes, rng, GROUPS)
     args = ("--leader-election", LEASE, "--lease-duration", str(DURATION))
-    first = start_operator(*args, name="first")
+    first = rig.start_operator(*args, name="first")
     wait_for("a lease holder", lambda: lease_spec(api_client, namespace).holder_identity)
-    second = start_operator(*args, name="second")  # healthy as a standby
+    second = rig.start_operator(*args, name="second")  # healthy as a standby
     for group in GROUPS:
         wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     for _ in range(6):
@@ -92,32 +73,24 @@ def test_only_the_lease_holder_writes_and_a_standby_takes_over(
     transitions = lease_spec(api_client, namespace).lease_transitions
     assert transitions == 1, f"the lease changed hands {transitions} times"
     assert second.alive
-    checked = caused.check(watcher, [*first.journal_records(), *second.journal_records()])
+    checked = caused.check(rig.watcher, [*first.journal_records(), *second.journal_records()])
     print(
         f"leader figures: takeover_seconds={takeover:.1f} lease_duration={DURATION}",
         f"transitions={transitions} generations_checked={checked.generations_checked}",
     )
 
 
-def test_sigterm_releases_the_lease_for_an_immediate_takeover(
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-) -> None:
+def test_sigterm_releases_the_lease_for_an_immediate_takeover(rig: Rig) -> None:
     """What a rolling update relies on: the stopping pod releases the Lease, so the new one does
     not wait for it to expire (a duration long enough that waiting would show)."""
+    api_client, namespace = rig.api, rig.namespace
     duration = 60
     rng = random.Random(6)
     caused = Caused()
-    group, spec = "sticky", GROUPS["sticky"]
-    apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
-    churn = Churn(api_client, namespace, [group], nodes, rng)
-    churn.add(group)
+    group = "sticky"
+    churn = start_churn(api_client, namespace, rig.nodes, rng, {group: GROUPS[group]})
     args = ("--leader-election", LEASE, "--lease-duration", str(duration))
-    first = start_operator(*args, name="first")
+    first = rig.start_operator(*args, name="first")
     wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
     holder = lease_spec(api_client, namespace).holder_identity
     assert holder
@@ -133,7 +106,7 @@ def test_sigterm_releases_the_lease_for_an_immediate_takeover(
     assert released.lease_duration_seconds == 1
 
     churn.step()
-    second = start_operator(*args, name="second")
+    second = rig.start_operator(*args, name="second")
     wait_for(
         "the second replica to take the lease",
         lambda: lease_spec(api_client, namespace).holder_identity not in (None, holder),
@@ -144,7 +117,7 @@ def test_sigterm_releases_the_lease_for_an_immediate_takeover(
     assert "standing by" not in second.tail(200), "the second replica waited for the released lease"
     assert second.journal_records(), "the new leader published nothing"
     assert lease_spec(api_client, namespace).lease_transitions == 1
-    checked = caused.check(watcher, [*first.journal_records(), *second.journal_records()])
+    checked = caused.check(rig.watcher, [*first.journal_records(), *second.journal_records()])
     print(
         f"leader figures: sigterm_handover_seconds={handover:.1f} lease_duration={duration}",
         f"generations_checked={checked.generations_checked}",

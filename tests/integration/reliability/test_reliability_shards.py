@@ -19,16 +19,23 @@ from kubernetes.client.exceptions import ApiException
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.processes import OperatorProcess
-from mqbalance.model import MessageQueue
 from mqbalance.operator.shards import shard_of
-from tests.integration.operator_support import apply_group, apply_topic
+from tests.integration.operator_support import apply_topic
 from tests.integration.reliability.conftest import TOPICS, readable_queues
-from tests.integration.reliability.reliability_support import Caused, Churn, GenerationWatcher, wait_converged
+from tests.integration.reliability.reliability_support import (
+    Caused,
+    Churn,
+    GenerationWatcher,
+    Rig,
+    start_churn,
+    wait_converged,
+)
 
 PREFIX = "mqbalance-shards"
 SHARDS = 6
 DURATION = 4
 GROUPS = [f"g{i}" for i in range(12)]
+GROUP_SPEC = {"topics": ["orders"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0}
 
 
 def health(op: OperatorProcess) -> dict[str, Any]:
@@ -51,25 +58,13 @@ def split(replicas: list[OperatorProcess], members: int) -> dict[str, list[int]]
     return None
 
 
-def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
-    api_client: client.ApiClient,
-    namespace: str,
-    nodes: list[str],
-    topics: dict[str, list[MessageQueue]],
-    watcher: GenerationWatcher,
-    start_operator: Callable[..., OperatorProcess],
-) -> None:
+def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(rig: Rig) -> None:
+    api_client, namespace = rig.api, rig.namespace
     rng = random.Random(17)
     caused = Caused()
-    for group in GROUPS:
-        spec = {"topics": ["orders"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0}
-        apply_group(api_client, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
-    churn = Churn(api_client, namespace, GROUPS, nodes, rng)
-    for group in GROUPS:
-        churn.add(group)
-        churn.add(group)
+    churn = start_churn(api_client, namespace, rig.nodes, rng, dict.fromkeys(GROUPS, GROUP_SPEC), pods=2)
     args = ("--leader-election", PREFIX, "--shards", str(SHARDS), "--lease-duration", str(DURATION))
-    replicas = [start_operator(*args, name=f"replica-{i}") for i in range(3)]
+    replicas = [rig.start_operator(*args, name=f"replica-{i}") for i in range(3)]
     held = wait_for("every shard held by one of three replicas", lambda: split(replicas, 3), DURATION * 5)
     for group in GROUPS:
         wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
@@ -106,7 +101,7 @@ def test_replicas_split_the_groups_and_take_over_a_killed_ones_shards(
         wait_converged(api_client, namespace, group, churn.members(group), caused=caused)
 
     # No group was published by two replicas at once: every generation once, by one replica.
-    caused.check(watcher, [r for op in replicas for r in op.journal_records()])
+    caused.check(rig.watcher, [r for op in replicas for r in op.journal_records()])
     seen = assert_one_writer(replicas, survivors)
     print(
         f"shard figures: takeover_seconds={takeover:.1f} lease_duration={DURATION} shards={SHARDS}",
@@ -217,15 +212,7 @@ def test_replicas_sharding_by_namespace_watch_only_their_namespaces(
 
 def start_groups(api: client.ApiClient, namespace: str, nodes: list[str], rng: random.Random) -> Churn:
     """Two groups of the namespace, each with two Ready pods."""
-    groups = ["g0", "g1"]
-    for group in groups:
-        spec = {"topics": ["orders"], "strategy": {"name": "STICKY"}, "debounceSeconds": 0}
-        apply_group(api, namespace, group, {**spec, "selector": {"matchLabels": {"app": group}}})
-    churn = Churn(api, namespace, groups, nodes, rng)
-    for group in groups:
-        churn.add(group)
-        churn.add(group)
-    return churn
+    return start_churn(api, namespace, nodes, rng, dict.fromkeys(("g0", "g1"), GROUP_SPEC), pods=2)
 
 
 def converge_all(

@@ -1,0 +1,67 @@
+"""A spec that cannot be honoured: the subscribed Topics' routes (and why they cannot be read),
+and the outcome that says so while the last good assignment stays in force."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mqbalance.contract import SpecError, configmap_name, read_topic
+from mqbalance.model import TopicRoute
+from mqbalance.operator.conditions import condition, condition_status
+from mqbalance.operator.observation import Note, Observed, Outcome
+from mqbalance.operator.spec import GroupSpec
+from mqbalance.operator.status import int_field, set_condition
+
+
+class TopicNotFound(SpecError):
+    """A subscribed Topic resource does not exist."""
+
+
+def subscribed_routes(obs: Observed, spec: GroupSpec) -> list[TopicRoute]:
+    missing = [t for t in spec.topics if t not in obs.topics]
+    if missing:
+        names = ", ".join(repr(t) for t in missing)
+        raise TopicNotFound(
+            f"Topic {names} not found in namespace {obs.namespace!r}; create it or remove it from spec.topics"
+        )
+    routes = [read_topic(t, obs.topics[t], obs.routes.get(t)) for t in spec.topics]
+    by_name: dict[str, str] = {}
+    for resource, route in zip(spec.topics, routes, strict=True):
+        other = by_name.setdefault(route.topic, resource)
+        if other != resource:
+            raise SpecError(
+                f"Topics {other!r} and {resource!r} both name RocketMQ topic "
+                f"{route.topic!r}; subscribe to one"
+            )
+    return routes
+
+
+def invalid_outcome(
+    obs: Observed, reason: str, message: str, member_zones: Mapping[str, str], spec: GroupSpec | None = None
+) -> Outcome:
+    """Keep the published assignment and its figures; say why nothing new can be published."""
+    status = dict(obs.status)
+    conditions = list(obs.status.get("conditions") or [])
+    generation = (
+        obs.previous.generation if obs.previous else int_field(obs.status.get("assignmentGeneration"))
+    )
+    kept = f"generation {generation} stays in force" if generation else "nothing is published yet"
+    conditions = set_condition(conditions, "Invalid", "True", reason, message, obs.now, obs.generation)
+    conditions = set_condition(
+        conditions, "Ready", "False", reason, f"the spec cannot be honoured; {kept}", obs.now, obs.generation
+    )
+    for kind in ("Balanced", "Degraded"):
+        if condition_status({"conditions": conditions}, kind) is None:
+            conditions = set_condition(conditions, kind, "Unknown", reason, kept, obs.now, obs.generation)
+    status.update(
+        observedGeneration=obs.generation,
+        assignmentConfigMap=configmap_name(obs.name),
+        conditions=conditions,
+    )
+    if generation:
+        status["assignmentGeneration"] = generation
+    notes: tuple[Note, ...] = ()
+    old = condition(obs.status, "Invalid")
+    if not old or old.get("status") != "True" or old.get("message") != message:
+        notes = (Note("Warning", reason, message),)
+    return Outcome(None, status, notes, members=member_zones, spec=spec)

@@ -1,0 +1,148 @@
+"""Reading a sidecar request: its query parameters, the group it names, a long-poll, a JSON body,
+the route it asks for. Each refusal is an :class:`~mqbalance.sidecar.errors.ApiError` that names
+the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from aiohttp import web
+
+from mqbalance.sidecar.answers import RouteEntry, Served
+from mqbalance.sidecar.errors import ApiError
+from mqbalance.sidecar.keys import CONFIG, STATE
+from mqbalance.sidecar.state import GroupState
+
+DEFAULT_WAIT = 30.0
+"""Long-poll timeout when ``after`` is given without ``timeout``."""
+
+
+def check_params(request: web.Request, allowed: tuple[str, ...]) -> None:
+    if not request.query_string:
+        return
+    unknown = sorted(set(request.query) - set(allowed))
+    if unknown:
+        known = ", ".join(allowed) if allowed else "none"
+        raise ApiError(400, f"unknown query parameter(s) {', '.join(unknown)}; known: {known}")
+
+
+def group_of(request: web.Request) -> GroupState:
+    state = request.app[STATE]
+    name = request.query.get("group")
+    if name is None:
+        if len(state.groups) > 1:
+            raise ApiError(
+                400, f"several groups are served ({', '.join(state.groups)}); name one with ?group=NAME"
+            )
+        name = state.default_group
+    group = state.groups.get(name)
+    if group is None:
+        raise ApiError(404, f"group {name!r} is not served here; served: {', '.join(state.groups)}")
+    return group
+
+
+def long_poll(request: web.Request) -> tuple[int, float] | None:
+    """(after, timeout) of a long-poll, or None for an immediate answer."""
+    after_text = request.query.get("after")
+    timeout_text = request.query.get("timeout")
+    if after_text is None:
+        if timeout_text is not None:
+            raise ApiError(400, "timeout needs after: pass ?after=GENERATION&timeout=SECONDS")
+        return None
+    try:
+        after = int(after_text)
+    except ValueError:
+        raise ApiError(400, f"after must be an integer generation (-1 for any), got {after_text!r}") from None
+    if after < -1:
+        raise ApiError(400, f"after must be -1 or more, got {after}")
+    max_wait = request.app[CONFIG].max_wait
+    if timeout_text is None:
+        return after, min(DEFAULT_WAIT, max_wait)
+    timeout = finite_number(timeout_text)
+    if timeout is None or not 0 <= timeout <= max_wait:
+        raise ApiError(
+            400, f"timeout must be a number of seconds from 0 to {max_wait:g}, got {timeout_text!r}"
+        )
+    return after, timeout
+
+
+def finite_number(value: str | float) -> float | None:
+    """``value`` as a finite float, or None (JSON integers may be too large for a float)."""
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+async def served_of(request: web.Request) -> Served:
+    return (await group_served(request))[1]
+
+
+async def group_served(request: web.Request) -> tuple[GroupState, Served]:
+    if not request.query_string:
+        # The hot path: no group to pick, no long-poll, nothing to validate.
+        state = request.app[STATE]
+        if len(state.groups) == 1:
+            only = state.groups[state.default_group]
+            if (served := only.served) is not None:
+                return only, served
+    else:
+        check_params(request, ("group", "after", "timeout"))
+    group = group_of(request)
+    poll = long_poll(request)
+    served = group.served if poll is None else await group.wait_change(*poll)
+    if served is None:
+        raise ApiError(
+            503,
+            f"no assignment received yet for group {group.resource!r} "
+            "(is the operator running and the ConfigMap published?)",
+        )
+    return group, served
+
+
+async def json_body(request: web.Request, fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:
+    """The request's JSON object; fields and their types checked, unknown ones refused."""
+    raw = await request.read()
+    if raw == b"{}" or not raw or raw.isspace():
+        # {} is what a plain send posts: nothing to parse or check.
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise ApiError(400, f"the request body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    if unknown := body.keys() - fields.keys():
+        known = ", ".join(fields)
+        raise ApiError(400, f"unknown field(s) {', '.join(sorted(unknown))}; known: {known}")
+    for name, value in body.items():
+        types = fields[name]
+        # bool is an int in Python; JSON true is not a latency.
+        if value is not None and (
+            not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        ):
+            expected = " or ".join(_JSON_TYPES[t] for t in types)
+            raise ApiError(400, f"field {name!r} must be {expected}, got {json.dumps(value)}")
+    return body
+
+
+_JSON_TYPES = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def route_of(request: web.Request) -> RouteEntry:
+    state = request.app[STATE]
+    topic = request.match_info["topic"]
+    found = state.route_entry(topic)
+    if found is None:
+        config = request.app[CONFIG]
+        if not config.watch_topics:
+            hint = "the sidecar runs with --no-topics, so it knows no routes"
+        else:
+            known = ", ".join(state.topic_names()) or "none"
+            hint = f"no Topic resource in namespace {config.namespace!r} has that topic name (known: {known})"
+        raise ApiError(404, f"no route for topic {topic!r}: {hint}")
+    return found

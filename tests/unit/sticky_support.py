@@ -1,0 +1,58 @@
+"""What the STICKY property tests share: the strategy specs, a case's shape, the cost of an
+assignment and the exhaustive search they are checked against."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+
+from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones
+
+STICKY = StrategySpec(StrategyName.STICKY)
+AFFINE = StrategySpec(StrategyName.STICKY, zone_affinity=True)
+
+Shares = Mapping[str, Sequence[MessageQueue]]
+Case = tuple[list[MessageQueue], list[str], dict[str, tuple[MessageQueue, ...]], Zones]
+"""Queues, consumers, the previous assignment (holders may have left) and the zones."""
+
+
+def owners(assignment: Shares) -> dict[MessageQueue, set[str]]:
+    out: dict[MessageQueue, set[str]] = {}
+    for consumer, share in assignment.items():
+        for mq in share:
+            out.setdefault(mq, set()).add(consumer)
+    return out
+
+
+def cost(assignment: Shares, previous: Shares, zones: Zones) -> tuple[int, int]:
+    """(cross-zone placements, moves) of an exactly-once assignment."""
+    before = owners(previous)
+    cross = moves = 0
+    for consumer, share in assignment.items():
+        for mq in share:
+            cross += zones.of_consumer(consumer) != zones.of_broker(mq.broker_name)
+            moves += bool(before.get(mq)) and consumer not in before[mq]
+    return cross, moves
+
+
+def least_costs(
+    queues: list[MessageQueue],
+    consumers: list[str],
+    previous: Shares,
+    zones: Zones,
+    admissible: Callable[[dict[str, list[MessageQueue]]], bool],
+) -> tuple[tuple[int, int] | None, int | None]:
+    """Least (cross-zone, moves) and least moves over every admissible assignment of ``queues``,
+    each to one of ``consumers`` (None when none is admissible)."""
+    best_pair: tuple[int, int] | None = None
+    best_moves: int | None = None
+    for choice in itertools.product(range(len(consumers)), repeat=len(queues)):
+        assignment = {
+            c: [q for q, o in zip(queues, choice, strict=True) if o == i] for i, c in enumerate(consumers)
+        }
+        if not admissible(assignment):
+            continue
+        pair = cost(assignment, previous, zones)
+        best_pair = pair if best_pair is None else min(best_pair, pair)
+        best_moves = pair[1] if best_moves is None else min(best_moves, pair[1])
+    return best_pair, best_moves
