@@ -19,7 +19,10 @@
 # downloaded once and kept there too. The machine's apt sources are never edited: the
 # deb-src entry lives in a private list with private apt state.
 #
-# Usage: hack/build-control-plane.sh [--k8s current|1.20|v1.Y.Z] [--node] [--print-bin-dir]
+# With --demo (current release only) it builds just what the demo starts (kube-apiserver, kubectl,
+# etcd) and skips helm and promtool: a first `make demo` waits for less.
+#
+# Usage: hack/build-control-plane.sh [--k8s current|1.20|v1.Y.Z] [--node|--demo] [--print-bin-dir]
 # Env:   MQBALANCE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/mqbalance)
 #        MQBALANCE_K8S_VERSION  the version when --k8s is not given (default current)
 set -euo pipefail
@@ -70,13 +73,15 @@ NODE_APT_PACKAGES=(
 print_only=0
 k8s="${MQBALANCE_K8S_VERSION:-current}"
 node=0
+demo=0
 while (($#)); do
   case "$1" in
     --print-bin-dir) print_only=1 ;;
     --node) node=1 ;;
+    --demo) demo=1 ;;
     --k8s) [[ $# -ge 2 ]] || die "--k8s needs a version: current, 1.20 or v1.Y.Z"; k8s="$2"; shift ;;
     --k8s=*) k8s="${1#--k8s=}" ;;
-    *) die "unknown argument '$1'; usage: $0 [--k8s current|1.20|v1.Y.Z] [--node] [--print-bin-dir]" ;;
+    *) die "unknown argument '$1'; usage: $0 [--k8s current|1.20|v1.Y.Z] [--node|--demo] [--print-bin-dir]" ;;
   esac
   shift
 done
@@ -86,6 +91,7 @@ case "${k8s:-current}" in
   v1.*.*) legacy=0; MODULE_VERSION="$k8s" ;;
   *) die "unknown Kubernetes version '$k8s': use current, 1.20 or a release v1.Y.Z" ;;
 esac
+((demo && (legacy || node))) && die "--demo builds the current release's control plane only"
 if ((!legacy)); then
   # build-kubernetes.sh owns the current release's version and cache layout.
   K8S_BIN="$(bash "$HERE/build-kubernetes.sh" --print-bin-dir ${MODULE_VERSION:+"$MODULE_VERSION"})"
@@ -111,6 +117,10 @@ helm_ready() {
 }
 
 wanted_packages() {
+  if ((demo)); then  # the demo's cluster writes its certificates with openssl; no helm, no promtool
+    echo make ca-certificates openssl
+    return
+  fi
   local wanted=("${APT_PACKAGES[@]}")
   ((legacy)) && wanted+=("${LEGACY_APT_PACKAGES[@]}")
   ((node)) && wanted+=("${NODE_APT_PACKAGES[@]}")
@@ -303,9 +313,10 @@ all_ready() {  # everything asked for is in place (checked without the lock)
   if ((legacy)); then
     k8s_ready && { ((!node)) || node_ready; } || return 1
   else
-    bash "$HERE/build-kubernetes.sh" --check "${with_node[@]}" ${MODULE_VERSION:+"$MODULE_VERSION"} &&
+    bash "$HERE/build-kubernetes.sh" --check "${build_args[@]}" ${MODULE_VERSION:+"$MODULE_VERSION"} &&
       { ((!node)) || module_pause_ready; } || return 1
   fi
+  ((demo)) && return 0
   helm_ready && [[ -e "$K8S_BIN/helm" && -e "$K8S_BIN/promtool" ]]
 }
 
@@ -315,8 +326,9 @@ main() {
     return
   fi
   # The control plane only, unless a real node is wanted: its binaries take a third of the build.
-  with_node=()
-  ((node)) && with_node=(--node)
+  build_args=()
+  ((node)) && build_args=(--node)
+  ((demo)) && build_args=(--demo)
   # Nothing to do: no lock, so a build of another version or of a node's parts going on in the
   # background (.ci/run) does not hold up a test that only needs what is built.
   if all_ready; then
@@ -330,10 +342,15 @@ main() {
   flock 9
   install_packages
   if ((!legacy)); then
-    bash "$HERE/build-kubernetes.sh" "${with_node[@]}" ${MODULE_VERSION:+"$MODULE_VERSION"} >/dev/null
+    bash "$HERE/build-kubernetes.sh" "${build_args[@]}" ${MODULE_VERSION:+"$MODULE_VERSION"} >/dev/null
     ((node)) && build_module_pause
   else
     build_legacy
+  fi
+  if ((demo)); then
+    log "done (what the demo starts); binaries in:"
+    echo "$K8S_BIN"
+    return
   fi
   if helm_ready; then
     log "helm $HELM_VERSION already present"

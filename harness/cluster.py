@@ -90,6 +90,9 @@ DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-control-plane.sh"
 _REQUIRED = ("kube-apiserver", "kube-controller-manager", "kubectl")
+# A cluster without the controller manager (the demo's: it runs no Deployments, no namespace
+# deletion) needs only what `build-control-plane.sh --demo` builds.
+_DEMO_REQUIRED = ("kube-apiserver", "kubectl")
 _VERSION_RE = re.compile(r"v?1\.(\d+)(?:\.(\d+))?")
 # On SIGTERM kube-apiserver closes its port at once but then waits up to 60 s for open
 # watches to end; nothing here needs that drain.
@@ -159,23 +162,28 @@ def default_bin_dir(version: str | None = None) -> Path:
     return cache_dir() / f"k8s-{resolve_version(version)}" / "bin"
 
 
-def binaries_present(bin_dir: Path | None = None, version: str | None = None) -> bool:
+def binaries_present(
+    bin_dir: Path | None = None, version: str | None = None, *, controller_manager: bool = True
+) -> bool:
     resolved = resolve_version(version)
     directory = bin_dir or default_bin_dir(resolved)
     # 1.20 uses Debian's etcd from PATH; a module build brings its own next to the apiserver.
     etcd = _find_etcd(directory) if is_legacy(resolved) else directory / "etcd"
+    required = _REQUIRED if controller_manager else _DEMO_REQUIRED
     return (
-        all(os.access(directory / name, os.X_OK) for name in _REQUIRED)
+        all(os.access(directory / name, os.X_OK) for name in required)
         and etcd is not None
         and os.access(etcd, os.X_OK)
     )
 
 
-def ensure_binaries(bin_dir: Path | None = None, version: str | None = None) -> Path:
+def ensure_binaries(
+    bin_dir: Path | None = None, version: str | None = None, *, controller_manager: bool = True
+) -> Path:
     """Return the bin dir, running the build script first when binaries are missing."""
     resolved = resolve_version(version)
     directory = bin_dir or default_bin_dir(resolved)
-    if binaries_present(directory, resolved):
+    if binaries_present(directory, resolved, controller_manager=controller_manager):
         return directory
     if bin_dir is not None and bin_dir != default_bin_dir(resolved):
         raise ClusterError(f"control-plane binaries missing in {bin_dir}")
@@ -184,12 +192,11 @@ def ensure_binaries(bin_dir: Path | None = None, version: str | None = None) -> 
             f"control-plane binaries missing in {directory} and no build script at {_BUILD_SCRIPT}"
         )
     print(f"building the local control plane {resolved} with {_BUILD_SCRIPT} (once; cached)", file=sys.stderr)
-    result = subprocess.run(
-        ["bash", str(_BUILD_SCRIPT), "--k8s", resolved], stdout=subprocess.PIPE, text=True, check=False
-    )
+    argv = ["bash", str(_BUILD_SCRIPT), "--k8s", resolved, *([] if controller_manager else ["--demo"])]
+    result = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode != 0:
-        raise ClusterError(f"{_BUILD_SCRIPT} --k8s {resolved} failed with exit code {result.returncode}")
-    if not binaries_present(directory, resolved):
+        raise ClusterError(f"{' '.join(argv[1:])} failed with exit code {result.returncode}")
+    if not binaries_present(directory, resolved, controller_manager=controller_manager):
         raise ClusterError(f"{_BUILD_SCRIPT} finished but binaries are still missing in {directory}")
     return directory
 
@@ -367,6 +374,7 @@ class LocalCluster:
         ready_timeout: float = 120.0,
         build: bool = True,
         version: str | None = None,
+        controller_manager: bool = True,
     ) -> None:
         """Create (not start) a cluster.
 
@@ -374,9 +382,11 @@ class LocalCluster:
         (removed on stop) is used when omitted. etcd's data always lives in its own tmpfs
         directory. ``build`` lets :meth:`start` run the build script when binaries are missing.
         ``version`` picks the Kubernetes release (see :func:`resolve_version`); by default
-        ``MQBALANCE_K8S_VERSION``, else the current release.
+        ``MQBALANCE_K8S_VERSION``, else the current release. ``controller_manager=False`` starts
+        etcd and the API server only (no Deployments, garbage collection or namespace deletion).
         """
         self.version = resolve_version(version)
+        self._with_controller_manager = controller_manager
         self._own_workdir = workdir is None
         self._workdir: Path | None = Path(workdir) if workdir is not None else None
         self._bin_dir_arg = Path(bin_dir) if bin_dir is not None else None
@@ -454,16 +464,18 @@ class LocalCluster:
 
     @property
     def running(self) -> bool:
-        return all(
-            c is not None and c.running() for c in (self._etcd, self._apiserver, self._controller_manager)
-        )
+        components = [self._etcd, self._apiserver]
+        if self._with_controller_manager:
+            components.append(self._controller_manager)
+        return all(c is not None and c.running() for c in components)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def ensure_binaries(self) -> Path:
+        cm = self._with_controller_manager
         if self._build:
-            self._bin_dir = ensure_binaries(self._bin_dir_arg, self.version)
-        elif binaries_present(self.bin_dir, self.version):
+            self._bin_dir = ensure_binaries(self._bin_dir_arg, self.version, controller_manager=cm)
+        elif binaries_present(self.bin_dir, self.version, controller_manager=cm):
             self._bin_dir = self.bin_dir
         else:
             raise ClusterError(
@@ -498,7 +510,8 @@ class LocalCluster:
                             shutil.rmtree(self._etcd_dir / "data", ignore_errors=True)
                         if attempt == 2 or "address already in use" not in str(exc):
                             raise
-                self._start_controller_manager()
+                if self._with_controller_manager:
+                    self._start_controller_manager()
             except BaseException:
                 self.stop()
                 raise

@@ -320,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with _workdir(args.keep_logs) as workdir:
         step("starting the local control plane (built once and cached; see docs/local-cluster.md)")
-        cluster = LocalCluster(workdir / "cluster" if args.keep_logs else None)
+        # No Deployments here (the demo acts its pods out): no controller manager to build or start.
+        cluster = LocalCluster(workdir / "cluster" if args.keep_logs else None, controller_manager=False)
         demo: Demo | None = None
         try:
             cluster.start()
