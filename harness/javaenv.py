@@ -5,7 +5,11 @@ one JSON line from its stdout::
 
     {"namesrv": "127.0.0.1:PORT", "brokers": {"broker-a": "127.0.0.1:PORT", ...},
      "sidecars": {"p0": "http://127.0.0.1:PORT", "p1": ...},
-     "assignmentFiles": {"GROUP": "PATH", ...}, "topics": {"TOPIC": QUEUES_PER_BROKER}}
+     "assignmentFiles": {"GROUP": "PATH", ...}, "topics": {"TOPIC": QUEUES_PER_BROKER},
+     "acl": {"version": "5.3.3", "namesrv": ..., "brokers": {...}, "accessKey": ..., "secretKey": ...}}
+
+With ``--acl-version`` a second RocketMQ of that release runs with ACL on (``harness.rocketmq.Acl``),
+one broker ``ACL_BROKER`` holding the ``--acl-topic`` topics; the same sidecars serve its groups.
 
 Every topic exists on both brokers and as a Topic resource (so the sidecars can select queues
 for producers); every group's assignment is read by the sidecars from its file, which the tests
@@ -33,11 +37,12 @@ from types import FrameType
 
 from harness import polling
 from harness.cluster import LocalCluster, free_port
-from harness.rocketmq import RocketMQ
+from harness.rocketmq import Acl, RocketMQ
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "java-it"
 BROKERS = ("broker-a", "broker-b")
+ACL_BROKER = "broker-acl"
 
 
 def topic_resource(topic: str, queues: int) -> dict[str, object]:
@@ -124,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--group", action="append", default=[])
     parser.add_argument("--pods", default="p0,p1", help="comma-separated pod names, one sidecar each")
+    parser.add_argument("--acl-version", default=None, help="also a RocketMQ of this release with ACL on")
+    parser.add_argument("--acl-topic", action="append", default=[], metavar="NAME[:QUEUES]")
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -158,6 +165,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             for spec in args.route_only_topic:
                 name, _, queues = spec.partition(":")
                 cluster.kubectl("apply", "-f", "-", input=json.dumps(topic_resource(name, int(queues or 4))))
+            acl: dict[str, object] | None = None
+            if args.acl_version:
+                credentials = Acl()
+                secured = stack.enter_context(
+                    RocketMQ(args.acl_version, brokers=(ACL_BROKER,), acl=credentials)
+                )
+                for spec in args.acl_topic:
+                    name, _, queues = spec.partition(":")
+                    secured.create_topic(name, int(queues or 4))
+                acl = {
+                    "version": args.acl_version,
+                    "namesrv": secured.namesrv_addr,
+                    "brokers": {ACL_BROKER: secured.broker_addr(ACL_BROKER)},
+                    "accessKey": credentials.client.access_key,
+                    "secretKey": credentials.client.secret_key,
+                    "logs": str(secured.workdir / "logs"),
+                }
             files = {}
             for group in args.group:
                 files[group] = workdir / f"{group}.json"
@@ -176,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "topics": topics,
                         "logs": str(logs),
                         "rocketmqLogs": str(mq.workdir / "logs"),
+                        "acl": acl,
                     }
                 ),
                 flush=True,

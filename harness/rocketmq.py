@@ -30,7 +30,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -41,6 +42,7 @@ from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
     ClusterInfo,
+    Credentials,
     RemotingCommand,
     RequestCode,
     ResponseCode,
@@ -48,6 +50,7 @@ from mqbalance.rocketmq.remoting import (
     encode,
     frame_length,
     request,
+    sign,
 )
 
 DEFAULT_VERSION = "5.3.3"
@@ -68,6 +71,8 @@ _ADD_OPENS = (
 )
 _JVM_COMMON = (
     *(f"--add-opens={m}=ALL-UNNAMED" for m in _ADD_OPENS),
+    # 4.x frees mapped files with jdk.internal.ref.Cleaner (a restart after a SIGKILL drops index files).
+    "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
     "-XX:+UseSerialGC",  # small heaps, two cores: no parallel collector threads
     "-XX:TieredStopAtLevel=1",  # C1 only: starts faster, plenty for a test broker
     "-Xss512k",
@@ -90,6 +95,71 @@ _LOGBACK = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 T = TypeVar("T")
+
+_QUERY_CONSUMER_OFFSET = 14
+_GET_ALL_TOPIC_CONFIG = 21
+_GET_BROKER_RUNTIME_INFO = 28
+_QUERY_NOT_FOUND = 22
+"""RequestCode and ResponseCode values the master-slave helpers use."""
+
+AUTH_CREATE_USER = 3001
+AUTH_CREATE_ACL = 3006
+"""5.x RequestCode: ACL 2.0's user and ACL administration (``AdminBrokerProcessor``)."""
+
+
+@dataclass(frozen=True)
+class Acl:
+    """Brokers that check every request's signature (RocketMQ's ``AclClientRPCHook``).
+
+    4.x: plain ACL (``aclEnable=true``, ``conf/plain_acl.yml``): ``admin`` is an admin account,
+    ``client`` may publish to and subscribe every topic and group; no address is whitelisted.
+    5.x: ACL 2.0 (``authenticationEnabled``, ``authorizationEnabled``, users and ACLs kept by the
+    broker in its store): ``admin`` is the initial (super) user, ``inner`` the credentials of the
+    broker's own clients, ``client`` a normal user granted Pub, Sub and Get on every topic and group.
+    The NameServer checks nothing, in either line.
+    """
+
+    admin: Credentials = field(default_factory=lambda: Credentials("mqbalance-admin", "admin-secret-0"))
+    client: Credentials = field(default_factory=lambda: Credentials("mqbalance-client", "client-secret-0"))
+    inner: Credentials = field(default_factory=lambda: Credentials("mqbalance-inner", "inner-secret-0"))
+
+
+def _plain_acl_yml(acl: Acl) -> str:
+    # An empty whitelist: 127.0.0.1 gets no pass, unsigned requests are refused.
+    return f"""globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: {acl.admin.access_key}
+    secretKey: {acl.admin.secret_key}
+    whiteRemoteAddress:
+    admin: true
+  - accessKey: {acl.client.access_key}
+    secretKey: {acl.client.secret_key}
+    whiteRemoteAddress:
+    admin: false
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: PUB|SUB
+"""
+
+
+def _acl_broker_settings(acl: Acl, is_5x: bool) -> dict[str, str]:
+    if not is_5x:
+        return {"aclEnable": "true"}
+    authn, authz = "org.apache.rocketmq.auth.authentication", "org.apache.rocketmq.auth.authorization"
+    return {
+        "authenticationEnabled": "true",
+        "authorizationEnabled": "true",
+        "authenticationProvider": f"{authn}.provider.DefaultAuthenticationProvider",
+        "authenticationMetadataProvider": f"{authn}.provider.LocalAuthenticationMetadataProvider",
+        "authorizationProvider": f"{authz}.provider.DefaultAuthorizationProvider",
+        "authorizationMetadataProvider": f"{authz}.provider.LocalAuthorizationMetadataProvider",
+        "initAuthenticationUser": json.dumps(
+            {"username": acl.admin.access_key, "password": acl.admin.secret_key}, separators=(",", ":")
+        ),
+        # The broker's own clients (to other brokers) sign with these; made a super user at start.
+        "innerClientAuthenticationCredentials": json.dumps(
+            {"accessKey": acl.inner.access_key, "secretKey": acl.inner.secret_key}, separators=(",", ":")
+        ),
+    }
 
 
 class RocketMQError(RuntimeError):
@@ -174,6 +244,8 @@ class RocketMQ:
         ready_timeout: float = 120.0,
         broker_config: dict[str, str] | None = None,
         zones: Mapping[str, str] | None = None,
+        acl: Acl | None = None,
+        slaves: Sequence[str] = (),
     ) -> None:
         if not brokers:
             raise ValueError("at least one broker name is needed")
@@ -186,10 +258,17 @@ class RocketMQ:
         self.ready_timeout = ready_timeout
         self.broker_config = dict(broker_config or {})
         self.zones = dict(zones or {})
+        self.acl = acl
+        self.slave_names = tuple(slaves)
+        if set(self.slave_names) - set(self.broker_names):
+            raise ValueError(f"slaves {self.slave_names} name brokers not in {self.broker_names}")
         self.namesrv_port = 0
         self.broker_ports: dict[str, int] = {}
         self._namesrv: _JavaProcess | None = None
         self._brokers: dict[str, _JavaProcess] = {}
+        self.slave_ports: dict[str, int] = {}
+        self._slaves: dict[str, _JavaProcess] = {}
+        self._stopped_masters: dict[str, _JavaProcess] = {}
         self._lock = threading.RLock()
         self.started_in = 0.0
 
@@ -234,6 +313,9 @@ class RocketMQ:
                 for name in self.broker_names:
                     self._start_broker(name)
                 self._with_fresh_ports(self._wait_registered)
+                self._grant_client()
+                for name in self.slave_names:
+                    self._start_slave(name)
             except BaseException:
                 self.stop()
                 raise
@@ -244,10 +326,11 @@ class RocketMQ:
         """Stop every process (SIGKILL by default: the store is thrown away, and a broker's
         graceful shutdown takes up to 20 s)."""
         with self._lock:
-            for proc in [*self._brokers.values(), self._namesrv]:
+            for proc in [*self._slaves.values(), *self._brokers.values(), self._namesrv]:
                 if proc is not None:
                     proc.stop(grace)
             self._brokers = {}
+            self._slaves = {}
             self._namesrv = None
             if self._own_workdir and self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
@@ -257,6 +340,103 @@ class RocketMQ:
         """SIGKILL one broker (its queues become unreachable; the NameServer drops it later)."""
         proc = self._brokers.pop(name)
         proc.stop(0)
+
+    # -- master-slave pairs (``slaves``) ----------------------------------------------------
+
+    def slave_addr(self, name: str) -> str:
+        return f"127.0.0.1:{self.slave_ports[name]}"
+
+    def _start_slave(self, name: str) -> None:
+        """Start ``name``'s slave (brokerId 1) and wait until the NameServer lists it."""
+        for attempt in range(3):
+            self._start_broker(name, slave=True)
+            try:
+                self._wait_for(
+                    f"slave of {name} to register", lambda: self._slave_registered(name), self._slaves[name]
+                )
+                return
+            except _PortTaken:
+                self._slaves.pop(name).stop(0)
+                if attempt == 2:
+                    raise RocketMQError(f"slave of {name}: ports taken 3 times:\n{self.logs()}") from None
+
+    def _slave_registered(self, name: str) -> bool | None:
+        info = self._cluster_info_or_none()
+        broker = info.brokers.get(name) if info is not None else None
+        return True if broker is not None and broker.addresses.get(1) == self.slave_addr(name) else None
+
+    def _create_on_slaves(self, names: Sequence[str], fields: Mapping[str, object]) -> None:
+        # A slave refuses pulls and offset requests for a topic it does not know. A 5.x slave
+        # copies its master's topics only every 60 s (SlaveSynchronize.syncAll) and accepts the
+        # topic itself; a 4.x slave refuses it but copies them every 10 s: wait for that.
+        topic = str(fields["topic"])
+        for name in (n for n in names if n in self._slaves):
+            address = self.slave_addr(name)
+            if not self.is_5x:
+                copied = partial(self._knows, address, topic)
+                self._wait_for(f"slave of {name} to copy topic {topic!r}", copied)
+                continue
+            command = self._as_admin(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, fields))
+            response = self.invoke(address, command)
+            if response.code != ResponseCode.SUCCESS:
+                raise RocketMQError(f"slave of {name} refused topic {topic!r}: {response.remark}")
+
+    def _knows(self, address: str, topic: str) -> bool | None:
+        response = self.invoke(address, self._as_admin(request(_GET_ALL_TOPIC_CONFIG, 1)))
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        return True if topic in json.loads(response.body).get("topicConfigTable", {}) else None
+
+    def commit_log_max_offset(self, address: str) -> int:
+        """The broker's commit log end (``GET_BROKER_RUNTIME_INFO``'s ``commitLogMaxOffset``)."""
+        response = self.invoke(address, self._as_admin(request(_GET_BROKER_RUNTIME_INFO, 1)))
+        if response.code != ResponseCode.SUCCESS:
+            raise RocketMQError(f"runtime info of {address}: code {response.code}: {response.remark}")
+        return int(json.loads(response.body)["table"]["commitLogMaxOffset"])
+
+    def consumer_offset(self, address: str, group: str, topic: str, queue_id: int) -> int:
+        """The consumed offset the broker at ``address`` stores for ``group`` (-1: none), asked
+        with ``QUERY_CONSUMER_OFFSET`` as a client's ``RemoteBrokerOffsetStore`` asks it."""
+        fields = {"consumerGroup": group, "topic": topic, "queueId": queue_id}
+        response = self.invoke(address, self._as_admin(request(_QUERY_CONSUMER_OFFSET, 1, fields)))
+        if response.code == _QUERY_NOT_FOUND:
+            return -1
+        if response.code != ResponseCode.SUCCESS:
+            raise RocketMQError(f"offset of {group} on {address}: code {response.code}: {response.remark}")
+        return int(response.ext_fields["offset"])
+
+    def stop_master(self, name: str) -> None:
+        """SIGKILL ``name``'s master once its slave holds every message it stored; returns when the
+        NameServer no longer lists the master (at once: the broker's connection closes)."""
+        master, slave = self.broker_addr(name), self.slave_addr(name)
+        self._wait_for(
+            f"slave of {name} to replicate its master",
+            lambda: self.commit_log_max_offset(slave) >= self.commit_log_max_offset(master) or None,
+        )
+        proc = self._brokers.pop(name)
+        proc.stop(0)
+        self._stopped_masters[name] = proc
+
+        def gone() -> bool | None:
+            info = self._cluster_info_or_none()
+            broker = info.brokers.get(name) if info is not None else None
+            return True if broker is not None and broker.master_address is None else None
+
+        self._wait_for(f"the NameServer to drop the master of {name}", gone)
+
+    def start_master(self, name: str) -> None:
+        """Start the master :meth:`stop_master` stopped, on its ports and store; returns once the
+        NameServer lists it again."""
+        proc = self._stopped_masters.pop(name)
+        self._brokers[name] = proc
+        proc.start()
+
+        def back() -> bool | None:
+            info = self._cluster_info_or_none()
+            broker = info.brokers.get(name) if info is not None else None
+            return True if broker is not None and broker.master_address == self.broker_addr(name) else None
+
+        self._wait_for(f"the master of {name} to register again", back)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -295,12 +475,12 @@ class RocketMQ:
             "order": order,
         }
         for name in names:
-            response = self._run(
-                invoke(self.broker_addr(name), request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, fields))
-            )
+            command = self._as_admin(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, fields))
+            response = self._run(invoke(self.broker_addr(name), command))
             if response.code != ResponseCode.SUCCESS:
                 refusal = f"code {response.code}: {response.remark}"
                 raise RocketMQError(f"broker {name} refused topic {topic!r}: {refusal}\n{self.logs()}")
+        self._create_on_slaves(names, fields)
 
         def served() -> TopicRouteData | None:
             try:
@@ -311,6 +491,22 @@ class RocketMQ:
             return route if all(got.get(n) == (read, write, perm) for n in names) else None
 
         return self._wait_for(f"route of {topic!r} on the NameServer", served)
+
+    def create_static_topic(self, topic: str, queues: int) -> TopicRouteData:
+        """Create (or grow) 5.x static topic ``topic``: ``queues`` logical queues spread over the
+        cluster's brokers, with RocketMQ's own ``mqadmin updateStaticTopic``; returns the route once
+        the NameServer serves its queue mappings."""
+        self.mqadmin("updateStaticTopic", "-t", topic, "-qn", str(queues), "-c", CLUSTER)
+
+        def served() -> TopicRouteData | None:
+            try:
+                route = self.route(topic)
+            except NameServerError:
+                return None
+            totals = {m.total_queues for m in route.queue_mappings}
+            return route if totals == {queues} else None
+
+        return self._wait_for(f"static route of {topic!r} on the NameServer", served)
 
     def route(self, topic: str) -> TopicRouteData:
         return self._run(NameServerClient(self.namesrv_addr).topic_route(topic))
@@ -347,7 +543,11 @@ class RocketMQ:
 
     def logs(self, lines: int = 30) -> str:
         parts = []
-        procs = [("namesrv", self._namesrv), *self._brokers.items()]
+        procs = [
+            ("namesrv", self._namesrv),
+            *self._brokers.items(),
+            *((f"{n} slave", p) for n, p in self._slaves.items()),
+        ]
         for name, proc in procs:
             if proc is None:
                 continue
@@ -368,6 +568,34 @@ class RocketMQ:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
 
+    def _as_admin(self, command: RemotingCommand) -> RemotingCommand:
+        return command if self.acl is None else sign(command, self.acl.admin)
+
+    def _grant_client(self) -> None:
+        """5.x ACL 2.0: make the client user and its ACL on every broker (4.x reads them from
+        plain_acl.yml). Each broker keeps its own users, as each master of a cluster does."""
+        if self.acl is None or not self.is_5x:
+            return
+        client = self.acl.client
+        user = {"username": client.access_key, "password": client.secret_key, "userType": "Normal"}
+        entries = [
+            {"resource": f"{kind}:*", "actions": ["Pub", "Sub", "Get"], "decision": "Allow"}
+            for kind in ("Topic", "Group")
+        ]
+        subject = f"User:{client.access_key}"
+        policy = {"subject": subject, "policies": [{"policyType": "Custom", "entries": entries}]}
+        for name in self.broker_names:
+            for code, fields, body in (
+                (AUTH_CREATE_USER, {"username": client.access_key}, user),
+                (AUTH_CREATE_ACL, {"subject": subject}, policy),
+            ):
+                command = replace(request(code, 1, fields), body=json.dumps(body).encode())
+                response = self.invoke(self.broker_addr(name), self._as_admin(command))
+                if response.code != ResponseCode.SUCCESS:
+                    raise RocketMQError(
+                        f"broker {name} refused ACL request {code}: code {response.code}: {response.remark}"
+                    )
+
     def _prepare(self, lib: Path) -> None:
         if self._workdir is None:
             root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -379,6 +607,13 @@ class RocketMQ:
         (conf / "rmq.logback.xml").write_text(_LOGBACK)
         for name in ("logback_namesrv.xml", "logback_broker.xml", "logback_tools.xml"):
             (conf / name).write_text(_LOGBACK)
+        if self.acl is not None:
+            # 4.x brokers read plain_acl.yml under ROCKETMQ_HOME; mqadmin of both lines signs
+            # with the account in conf/tools.yml.
+            if not self.is_5x:
+                (conf / "plain_acl.yml").write_text(_plain_acl_yml(self.acl))
+            admin = self.acl.admin
+            (conf / "tools.yml").write_text(f"accessKey: {admin.access_key}\nsecretKey: {admin.secret_key}\n")
         (self.workdir / "logs").mkdir(exist_ok=True)
 
     def _env(self) -> dict[str, str]:
@@ -394,6 +629,7 @@ class RocketMQ:
             f"-XX:MaxDirectMemorySize={heap_mb}m",
             *_JVM_COMMON,
             f"-Duser.home={self.workdir}",
+            f"-Djava.io.tmpdir={self.workdir}",  # mqadmin updateStaticTopic writes its mapping files there
             f"-Drmq.log.file={self.workdir / 'logs' / (log_name + '.log')}",
             "-cp",
             self.classpath,
@@ -416,14 +652,15 @@ class RocketMQ:
         self._namesrv.start()
         self._wait_for("NameServer", self._cluster_info_or_none, self._namesrv)
 
-    def _start_broker(self, name: str) -> None:
+    def _start_broker(self, name: str, slave: bool = False) -> None:
         port = _free_port_block((-2, 0, 1))  # fast remoting port, remoting port, HA port
-        self.broker_ports[name] = port
-        store = self.workdir / "store" / name
+        (self.slave_ports if slave else self.broker_ports)[name] = port
+        label = f"{name}-slave" if slave else name
+        store = self.workdir / "store" / label
         settings = {
             "brokerClusterName": CLUSTER,
             "brokerName": name,
-            "brokerId": "0",
+            "brokerId": "1" if slave else "0",
             "namesrvAddr": self.namesrv_addr,
             "listenPort": str(port),
             "haListenPort": str(port + 1),
@@ -438,19 +675,22 @@ class RocketMQ:
             "deleteWhen": "04",
             "diskMaxUsedSpaceRatio": "95",
             **({"bindAddress": "127.0.0.1", "timerWheelEnable": "false"} if self.is_5x else {}),
+            **(_acl_broker_settings(self.acl, self.is_5x) if self.acl is not None else {}),
             **self.broker_config,
+            # A slave learns its master's HA address from the NameServer's answer to its registration.
+            **({"brokerRole": "SLAVE"} if slave else {}),
         }
-        conf = self.workdir / f"broker-{name}.conf"
+        conf = self.workdir / f"broker-{label}.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         argv = [
-            *self._java(self.broker_heap_mb, f"broker-{name}"),
+            *self._java(self.broker_heap_mb, f"broker-{label}"),
             "org.apache.rocketmq.broker.BrokerStartup",
             "-c",
             str(conf),
         ]
         env = {**self._env(), **({"ROCKETMQ_ZONE": self.zones[name]} if name in self.zones else {})}
-        proc = _JavaProcess(f"broker {name}", argv, self.workdir / "logs" / f"broker-{name}.out", env)
-        self._brokers[name] = proc
+        proc = _JavaProcess(f"broker {label}", argv, self.workdir / "logs" / f"broker-{label}.out", env)
+        (self._slaves if slave else self._brokers)[name] = proc
         proc.start()
 
     def _with_fresh_ports(self, step: Callable[[], object], attempts: int = 3) -> None:

@@ -19,11 +19,14 @@ unquoted (``"brokerAddrs":{0:"127.0.0.1:10911"}``). :func:`parse_fastjson` reads
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
+import hmac
 import json
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqbalance.model import PERM_READ, PERM_WRITE, Broker, TopicRoute
@@ -104,6 +107,35 @@ def _field_text(value: object) -> str:
     if isinstance(value, bool):  # Java's Boolean.toString
         return "true" if value else "false"
     return str(value)
+
+
+ACCESS_KEY = "AccessKey"
+SIGNATURE = "Signature"
+"""The ext fields of RocketMQ's ``AclClientRPCHook`` (``SessionCredentials``)."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """An ACL account: RocketMQ's ``SessionCredentials`` (4.x plain ACL; a user of 5.x ACL 2.0)."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+
+
+def sign(command: RemotingCommand, credentials: Credentials) -> RemotingCommand:
+    """``command`` signed as RocketMQ's ``AclClientRPCHook`` signs a request (4.9.x and 5.x alike).
+
+    The hook adds ``AccessKey`` to the ext fields, then signs the values of all ext fields sorted
+    by name, followed by the body, with HmacSHA1 keyed by the secret key, base64-encoded, into
+    ``Signature``; a 4.x ``PlainAccessValidator`` and a 5.x ``DefaultAuthenticationContextBuilder``
+    recompute it the same way from the fields they receive.
+    """
+    fields = {k: v for k, v in command.ext_fields.items() if k != SIGNATURE}
+    fields[ACCESS_KEY] = credentials.access_key
+    content = "".join(fields[k] for k in sorted(fields)).encode() + command.body
+    digest = hmac.new(credentials.secret_key.encode(), content, hashlib.sha1).digest()
+    fields[SIGNATURE] = base64.b64encode(digest).decode()
+    return replace(command, ext_fields=fields)
 
 
 def encode(command: RemotingCommand) -> bytes:
@@ -335,6 +367,29 @@ class BrokerData:
         return self.addresses.get(MASTER_ID)
 
 
+LOGICAL_QUEUE_MOCK_BROKER_PREFIX = "__syslo__"
+"""MixAll.LOGICAL_QUEUE_MOCK_BROKER_PREFIX: the broker name of a static topic's logical queues."""
+METADATA_SCOPE_GLOBAL = "__global__"
+
+
+@dataclass(frozen=True)
+class QueueMapping:
+    """One broker's share of a 5.x static topic (RocketMQ's TopicQueueMappingInfo): which logical
+    queues of the scope it hosts now, by their physical queue id there."""
+
+    broker_name: str
+    scope: str
+    total_queues: int
+    epoch: int
+    logical_to_physical: Mapping[int, int]
+
+    @property
+    def logical_broker(self) -> str:
+        """The broker name clients give the scope's logical queues (``getMockBrokerName``)."""
+        scope = self.scope[2:] if self.scope == METADATA_SCOPE_GLOBAL else self.scope
+        return LOGICAL_QUEUE_MOCK_BROKER_PREFIX + scope
+
+
 @dataclass(frozen=True)
 class TopicRouteData:
     """What a NameServer answers for a topic (RocketMQ's TopicRouteData)."""
@@ -343,6 +398,8 @@ class TopicRouteData:
     queue_datas: tuple[QueueData, ...]
     broker_datas: tuple[BrokerData, ...]
     order_topic_conf: str | None = None
+    queue_mappings: tuple[QueueMapping, ...] = ()
+    """``topicQueueMappingByBroker``: set only for a static (logical-queue) topic."""
 
     def broker(self, name: str) -> BrokerData | None:
         return next((b for b in self.broker_datas if b.broker_name == name), None)
@@ -356,6 +413,8 @@ class TopicRouteData:
         A broker's zone is ``zones``' entry, else the zone it registered with, else unknown.
         """
         zones = {**self.registered_zones(), **(zones or {})}
+        if self.queue_mappings:
+            return TopicRoute(topic=self.topic, brokers=self._logical_brokers(zones))
         brokers = sorted(
             (
                 Broker(
@@ -371,6 +430,40 @@ class TopicRouteData:
             key=lambda b: b.name,
         )
         return TopicRoute(topic=self.topic, brokers=tuple(brokers))
+
+    def _logical_brokers(self, zones: Mapping[str, str]) -> tuple[Broker, ...]:
+        """A static topic's route as its consumers see it (``topicRouteData2TopicSubscribeInfo``):
+        one broker per scope, named ``__syslo__<scope>``, whose queues are the logical queues
+        0..n-1, n the largest ``totalQueues`` any broker reports (``ClientMetadata.
+        topicRouteData2EndpointsForStaticTopic``). A client reads and commits a logical queue at
+        the broker hosting it now, so moving a logical queue between brokers changes nothing here.
+        The logical broker has a master when every broker hosting its queues has one, and a zone
+        when ``zones`` names it or all of those brokers registered the same one.
+        """
+        by_scope: dict[str, list[QueueMapping]] = {}
+        for m in self.queue_mappings:
+            by_scope.setdefault(m.logical_broker, []).append(m)
+        perms = {q.broker_name: q.perm for q in self.queue_datas}
+        brokers = []
+        for name, mappings in sorted(by_scope.items()):
+            hosts = sorted({m.broker_name for m in mappings})
+            total = max(m.total_queues for m in mappings)
+            perm = 0
+            for host in hosts:
+                perm |= perms.get(host, 0)
+            host_zones = {zones.get(h) for h in hosts}
+            zone = zones.get(name) or (host_zones.pop() if len(host_zones) == 1 else None)
+            brokers.append(
+                Broker(
+                    name=name,
+                    read_queue_nums=total,
+                    write_queue_nums=total,
+                    perm=perm,
+                    has_master=all(self.has_master(h) for h in hosts),
+                    **({"zone": zone} if zone else {}),
+                )
+            )
+        return tuple(brokers)
 
     def registered_zones(self) -> dict[str, str]:
         """Broker name -> the zone it registered with, for the brokers that gave one."""
@@ -413,7 +506,22 @@ def decode_topic_route(topic: str, body: bytes) -> TopicRouteData:
     except (KeyError, TypeError, ValueError) as exc:
         raise FrameError(f"route of {topic!r} lacks or mistypes {exc}: {body[:300]!r}") from None
     conf = document.get("orderTopicConf")
-    return TopicRouteData(topic=topic, queue_datas=queues, broker_datas=brokers, order_topic_conf=conf)
+    try:
+        mappings = tuple(
+            QueueMapping(
+                broker_name=str(m.get("bname") or name),
+                scope=str(m.get("scope") or METADATA_SCOPE_GLOBAL),
+                total_queues=int(m.get("totalQueues", 0)),
+                epoch=int(m.get("epoch", 0)),
+                logical_to_physical={int(k): int(v) for k, v in (m.get("currIdMap") or {}).items()},
+            )
+            for name, m in sorted((document.get("topicQueueMappingByBroker") or {}).items())
+        )
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise FrameError(f"route of {topic!r}: bad topicQueueMappingByBroker {exc}: {body[:300]!r}") from None
+    return TopicRouteData(
+        topic=topic, queue_datas=queues, broker_datas=brokers, order_topic_conf=conf, queue_mappings=mappings
+    )
 
 
 def _broker_data(document: Mapping[str, Any]) -> BrokerData:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from mqbalance.model import PERM_READ, UNKNOWN_ZONE, Broker
 from mqbalance.rocketmq.remoting import (
     FLAG_RESPONSE,
+    Credentials,
     FrameError,
     RemotingCommand,
     RequestCode,
@@ -22,6 +24,7 @@ from mqbalance.rocketmq.remoting import (
     frame_length,
     parse_fastjson,
     request,
+    sign,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq"
@@ -176,3 +179,19 @@ def test_the_zone_a_broker_registered_with_is_read_and_a_given_zone_wins() -> No
     assert route.registered_zones() == {"a": "zone-a"}
     assert {b.name: b.zone for b in route.to_topic_route().brokers} == {"a": "zone-a", "b": UNKNOWN_ZONE}
     assert route.to_topic_route({"a": "z9"}).broker_zones()["a"] == "z9"
+
+
+def test_signature_is_the_one_rocketmqs_acl_hook_computes() -> None:
+    # AclClientRPCHook of the 4.9.7 and 5.3.3 clients gave this Signature for the same request.
+    command = replace(
+        request(208, 1, {"consumerGroup": "GID_orders", "topic": "orders"}), body="body-ü".encode()
+    )
+    signed = sign(command, Credentials("mqbalance-client", "client-secret-0"))
+    assert dict(signed.ext_fields) == {
+        "consumerGroup": "GID_orders",
+        "topic": "orders",
+        "AccessKey": "mqbalance-client",
+        "Signature": "bbwxa4hNcKr+Psl1L0m9m/zrrkg=",
+    }
+    assert sign(signed, Credentials("mqbalance-client", "client-secret-0")) == signed  # re-signing is stable
+    assert "client-secret-0" not in repr(Credentials("mqbalance-client", "client-secret-0"))

@@ -125,6 +125,13 @@ def test_poll_seconds_default_to_the_java_clients_interval() -> None:
     assert read_name_server({"nameServer": {"pollSeconds": 5}}) == NameServerSpec((), 5.0)
 
 
+def test_the_acl_secret_is_read_where_the_name_server_is() -> None:
+    spec = {"nameServer": {"aclSecretRef": {"name": "rocketmq-acl"}}}
+    assert read_name_server(spec) == NameServerSpec((), 30.0, "rocketmq-acl")
+    for ref in ({}, {"name": ""}, "rocketmq-acl", None):
+        assert read_name_server({"nameServer": {"aclSecretRef": ref}}) == NameServerSpec()
+
+
 ZONED = RouteRead((Broker("a", 4, 4, zone="zone-a"), Broker("b", 2, 2), Broker("c", 1, 1, zone="zone-c")))
 
 

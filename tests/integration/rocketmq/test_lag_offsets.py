@@ -21,6 +21,7 @@ from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ
 from mqbalance.lag import group_lag
 from mqbalance.model import MessageQueue
 from mqbalance.operator.offsets import OffsetReader
+from mqbalance.rocketmq.remoting import Credentials
 
 CONSUMER = Path(__file__).resolve().parent / "java" / "LagConsumer.java"
 
@@ -34,8 +35,9 @@ def mq(request: pytest.FixtureRequest) -> Iterator[RocketMQ]:
         yield running
 
 
-def consume(mq: RocketMQ, group: str, topic: str, count: int) -> None:
-    """A real push consumer (the release's client) consumes at least ``count`` messages, then stops."""
+def consume(mq: RocketMQ, group: str, topic: str, count: int, credentials: Credentials | None = None) -> None:
+    """A real push consumer (the release's client) consumes at least ``count`` messages, then stops
+    (signing its requests with ``credentials`` when given)."""
     argv = [
         "java",
         "-Xmx128m",
@@ -52,6 +54,7 @@ def consume(mq: RocketMQ, group: str, topic: str, count: int) -> None:
         topic,
         str(count),
         str(int(polling.scaled(120))),
+        *((credentials.access_key, credentials.secret_key) if credentials is not None else ()),
     ]
     result = subprocess.run(
         argv, capture_output=True, text=True, timeout=polling.scaled(180), check=False, cwd=mq.workdir

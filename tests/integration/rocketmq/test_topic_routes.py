@@ -220,3 +220,29 @@ def test_the_operators_own_name_server_and_a_missing_topic(
     assert found["route"]["nameServer"] == rocketmq.namesrv_addr
     doc = wait_generation(api, ns, "waiting", 1)
     assert sum(len(qs) for qs in doc.topics[topic_name].values()) == 4  # 2 queues on each broker
+
+
+def test_a_static_topic_is_assigned_by_its_logical_queues(
+    api_client: client.ApiClient,
+    rocketmq: RocketMQ,
+    routes_namespace: str,
+    operator: OperatorProcess,
+    topic_name: str,
+) -> None:
+    """A 5.x static topic (``mqadmin updateStaticTopic``): its consumers name their queues
+    ``__syslo__global__`` 0..n-1 whatever broker hosts each, so the route, and every assignment,
+    is made of those logical queues rather than the brokers' physical ones."""
+    api, ns = api_client, routes_namespace
+    route = rocketmq.create_static_topic(topic_name, 4)
+    assert {m.broker_name for m in route.queue_mappings} == {"broker-a", "broker-b"}
+    put_topic(
+        api, ns, "static", {"topicName": topic_name, "nameServer": {"addresses": [rocketmq.namesrv_addr]}}
+    )
+    status = wait_topic(api, ns, "static", "RouteAvailable", "True", "Read")
+    assert route_counts(status) == {"__syslo__global__": (4, 4, 6)}
+    # Its queues live on brokers of two zones: the logical broker's zone is unknown.
+    assert "zone" not in status["route"]["brokers"][0]
+    apply_group(api, ns, "static", {"topics": ["static"], "selector": {"matchLabels": POD_LABELS}})
+    doc = wait_generation(api, ns, "static", 1)
+    assigned = sorted((mq.broker_name, mq.queue_id) for qs in doc.topics[topic_name].values() for mq in qs)
+    assert assigned == [("__syslo__global__", q) for q in range(4)]

@@ -35,6 +35,9 @@ public class SidecarAllocateStrategy implements AllocateMessageQueueStrategy {
     private final AllocateMessageQueueStrategy fallback;
     private final Map<String, Long> allocatedGeneration = new ConcurrentHashMap<>();
     private final Set<String> warnedTopics = ConcurrentHashMap.newKeySet();
+    private final Map<String, Long> warnedMismatch = new ConcurrentHashMap<>();
+    /** MixAll.LOGICAL_QUEUE_MOCK_BROKER_PREFIX: the broker name a 5.x client gives a static topic's queues. */
+    static final String LOGICAL_QUEUE_PREFIX = "__syslo__";
     private volatile Adjuster adjuster = (topic, queues) -> queues;
 
     /**
@@ -85,9 +88,28 @@ public class SidecarAllocateStrategy implements AllocateMessageQueueStrategy {
                 result.add(mq);
             }
         }
+        if (result.isEmpty() && !mine.isEmpty() && warnedMismatch.put(topic, view.generation()) == null) {
+            LOG.log(Level.WARNING, mismatch(topic, view, mine, mqAll));
+        }
         result = adjuster.adjust(topic, result);
         allocatedGeneration.put(topic, view.generation());
         return result;
+    }
+
+    /** Why none of the assigned queues is among the client's: said once per topic. */
+    static String mismatch(String topic, QueuesView view, Set<MessageQueue> mine, List<MessageQueue> mqAll) {
+        Set<String> assigned = new java.util.TreeSet<>();
+        mine.forEach(mq -> assigned.add(mq.getBrokerName()));
+        Set<String> client = new java.util.TreeSet<>();
+        mqAll.forEach(mq -> client.add(mq.getBrokerName()));
+        String hint = client.stream().anyMatch(b -> b.startsWith(LOGICAL_QUEUE_PREFIX))
+            ? " It is a static (logical-queue) topic: its consumers name their queues " + client
+            + " whatever broker hosts them. Give the Topic resource spec.nameServer, so the operator reads the route "
+            + "and assigns the logical queues, instead of spec.brokers."
+            : " The Topic resource's route differs from the brokers' (a Topic written by hand?).";
+        return "group " + view.group() + " (generation " + view.generation() + ") assigns this pod queues of topic "
+            + topic + " on brokers " + assigned + ", which this client does not have (its queues are on brokers "
+            + client + "): consuming none of them." + hint;
     }
 
     void setAdjuster(Adjuster adjuster) {

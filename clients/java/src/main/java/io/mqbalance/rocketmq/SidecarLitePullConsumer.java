@@ -11,7 +11,6 @@ import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
-import org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.MQClientManager;
 import org.apache.rocketmq.common.message.MessageExt;
@@ -52,6 +51,9 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     private final Handover handover;
     private final Map<MessageQueue, Long> nextOffsets = new HashMap<>();
     private final Set<MessageQueue> assigned = new TreeSet<>();
+    /** Queues let go whose offset the broker's master has not confirmed yet: released once it has. */
+    private final Map<MessageQueue, Long> uncommitted = new HashMap<>();
+    private long nextCommitAttempt = System.nanoTime();
     private SyncOffsetStore offsetStore;
     private long appliedGeneration = -1;
     private boolean pausedAll;
@@ -69,7 +71,7 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
             // Built when consumer.start() loads it: on the client instance start() made (with the
             // consumer's RPCHook and its settings as they are then), for the group as start()
             // wrapped it with the namespace. The same ClientConfig gives the same client id.
-            offsetStore = new SyncOffsetStore(() -> new RemoteBrokerOffsetStore(
+            offsetStore = new SyncOffsetStore(() -> new MasterOffsetStore(
                 MQClientManager.getInstance().getOrCreateMQClientInstance(consumer), consumer.getConsumerGroup()),
                 mq -> { });
             consumer.setOffsetStore(offsetStore);
@@ -92,6 +94,11 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     /** The queues the consumer is assigned now. */
     public Set<MessageQueue> assignedQueues() {
         return pausedAll ? Collections.emptySet() : Collections.unmodifiableSet(assigned);
+    }
+
+    /** Queues let go whose offset the broker's master has not confirmed yet (the generation is not released meanwhile). */
+    public Set<MessageQueue> uncommittedQueues() {
+        return Collections.unmodifiableSet(new TreeSet<>(uncommitted.keySet()));
     }
 
     /** The sidecar generation the assignment follows, or -1 before the first. */
@@ -167,7 +174,10 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
 
     /** Commit what was consumed (synchronously), stop, and release everything. */
     public void shutdown() {
-        commitSync(new ArrayList<>(assigned));
+        if (!(commitSync(new ArrayList<>(assigned)) & commitUncommitted())) {
+            LOG.log(Level.WARNING, "shutdown: offsets not stored on the broker's master (away?); the new owners "
+                + "consume again from the last offset stored there");
+        }
         QueuesView view = watcher.current();
         watcher.close();
         consumer.shutdown();
@@ -184,8 +194,10 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     private void apply() throws MQClientException {
         QueuesView view = watcher.current();
         if (view == null || view.generation() == appliedGeneration) {
-            if (view != null && view.generation() > handover.releasedGeneration()) {
-                handover.release(view.group(), view.generation()); // an earlier attempt failed
+            // An earlier commit (the master away) or release failed: again, releasing only once committed.
+            if (view != null && view.generation() > handover.releasedGeneration()
+                && (uncommitted.isEmpty() || System.nanoTime() - nextCommitAttempt >= 0 && commitUncommitted())) {
+                handover.release(view.group(), view.generation());
             }
             return;
         }
@@ -204,7 +216,13 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
                 lost.add(mq);
             }
         }
-        boolean committed = commitSync(lost);
+        for (MessageQueue mq : lost) {
+            Long next = nextOffsets.get(mq);
+            if (next != null) {
+                uncommitted.merge(mq, next, Math::max);
+            }
+        }
+        boolean committed = commitUncommitted();
         if (target.isEmpty()) {
             // assign() refuses an empty collection: pause what is assigned instead.
             if (!assigned.isEmpty()) {
@@ -230,22 +248,36 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         }
     }
 
+    /** Commit the queues let go and not yet committed; true once none is left. */
+    private boolean commitUncommitted() {
+        uncommitted.entrySet().removeIf(e -> commit(e.getKey(), e.getValue()));
+        if (!uncommitted.isEmpty()) {
+            // Each attempt may ask the NameServer for the route: once a second, not every poll.
+            nextCommitAttempt = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+            LOG.log(Level.INFO, "offsets of {0} not confirmed by the broker's master yet: not releasing", uncommitted);
+        }
+        return uncommitted.isEmpty();
+    }
+
     private boolean commitSync(List<MessageQueue> queues) {
         boolean ok = true;
         for (MessageQueue mq : queues) {
             Long next = nextOffsets.get(mq);
-            if (next == null) {
-                continue;
-            }
-            if (offsetStore != null) {
-                // Exactly what was handed out, and never backwards on the broker.
-                offsetStore.updateOffset(mq, next, true);
-                ok &= offsetStore.commitForward(mq, next);
-            } else {
-                consumer.commitSync(Collections.singletonMap(mq, next), true);
+            if (next != null) {
+                ok &= commit(mq, next);
             }
         }
         return ok;
+    }
+
+    private boolean commit(MessageQueue mq, long next) {
+        if (offsetStore == null) {
+            consumer.commitSync(Collections.singletonMap(mq, next), true);
+            return true;
+        }
+        // Exactly what was handed out, and never backwards on the broker.
+        offsetStore.updateOffset(mq, next, true);
+        return offsetStore.commitForward(mq, next);
     }
 
     private static void sleepQuietly(long ms) {

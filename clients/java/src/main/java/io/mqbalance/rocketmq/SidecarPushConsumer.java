@@ -19,7 +19,6 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.MessageListener;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
-import org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore;
 import org.apache.rocketmq.client.impl.MQClientManager;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.impl.consumer.RebalanceImpl;
@@ -74,6 +73,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
     private final ConcurrentHashMap<MessageQueue, ProcessQueue> settling = new ConcurrentHashMap<>();
     private final AtomicBoolean shutDown = new AtomicBoolean();
     private final AtomicLong handedOver = new AtomicLong();
+    private final AtomicLong commitsDeferred = new AtomicLong();
     private SyncOffsetStore store;
     private ConsumeTracker tracker;
     private boolean orderly;
@@ -112,7 +112,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
             // settings cloned now.
             // Checked on the handover thread: removeOffset runs inside RocketMQ's rebalance, which
             // must not wait on an HTTP request to the sidecar.
-            support.store = new SyncOffsetStore(() -> new RemoteBrokerOffsetStore(clientInstance(consumer),
+            support.store = new SyncOffsetStore(() -> new MasterOffsetStore(clientInstance(consumer),
                 consumer.getConsumerGroup()), mq -> support.checkSettledLater());
             consumer.setOffsetStore(support.store);
             support.track();
@@ -186,6 +186,15 @@ public final class SidecarPushConsumer implements AutoCloseable {
         return handedOver.get();
     }
 
+    /**
+     * Final commits of queues being handed over that the broker's master did not confirm (it was
+     * away or unreachable; a slave is never written): each is tried again every 200 ms, and the
+     * generation is released only once it succeeded.
+     */
+    public long commitsDeferred() {
+        return commitsDeferred.get();
+    }
+
     /** The queues the client holds now (its process queue table), retry topics left out. */
     public Set<MessageQueue> heldQueues() {
         Set<MessageQueue> held = new java.util.TreeSet<>();
@@ -248,7 +257,8 @@ public final class SidecarPushConsumer implements AutoCloseable {
                 continue; // a listener call on it still runs; it calls back when done
             }
             if (offset >= 0 && !store.commitForward(mq, offset)) {
-                continue; // the broker did not answer: again on the next round
+                commitsDeferred.incrementAndGet();
+                continue; // the broker's master did not confirm it (away, unreachable): again on the next round
             }
             if (orderly) {
                 // RocketMQ 4.x keeps the broker's lock 20 s longer when messages were left cached;

@@ -15,7 +15,8 @@ import org.apache.rocketmq.remoting.exception.RemotingException;
 
 /**
  * RocketMQ's broker offset store with one change: {@link #persist(MessageQueue)} waits for the
- * broker's answer.
+ * broker's answer. The helpers wrap a {@link MasterOffsetStore}: offsets go to masters only, and
+ * {@link #commitForward} reads them back from the master.
  *
  * <p>RocketMQ persists one queue's offset only when the queue is dropped
  * ({@code RebalancePushImpl.removeUnnecessaryMessageQueue} calls {@code persist(mq)} and then
@@ -140,6 +141,16 @@ public final class SyncOffsetStore implements OffsetStore {
      * store's memory is left as it was (RocketMQ's READ_FROM_STORE also writes it).
      */
     long brokerOffset(MessageQueue mq) {
+        OffsetStore d = delegate();
+        if (d instanceof MasterOffsetStore) {
+            // The master's only: a slave's copy is not what the queue's next owner reads.
+            long onMaster = ((MasterOffsetStore) d).readFromMaster(mq);
+            if (onMaster == MasterOffsetStore.NO_MASTER) {
+                LOG.log(Level.DEBUG, "no master of broker " + mq.getBrokerName() + " in the route: the offset of "
+                    + mq + " waits for it");
+            }
+            return onMaster < -1 ? BROKER_UNREADABLE : onMaster;
+        }
         long inMemory = delegate().readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
         long onBroker = delegate().readOffset(mq, ReadOffsetType.READ_FROM_STORE);
         if (inMemory >= 0) {

@@ -15,6 +15,7 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.function.BooleanSupplier;
 import java.util.function.Supplier;
+import org.apache.rocketmq.common.MQVersion;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
@@ -41,6 +42,17 @@ final class TestEnv {
     static final String HOLES_TOPIC = "it-holes";
     static final String OFFSET_TOPIC = "it-offset";
     static final int QUEUES = 4;
+    /** The second RocketMQ, with ACL on, of the client's own release ({@link AclTest}). */
+    static final String ACL_BROKER = "broker-acl";
+    static final String ACL_PUSH_TOPIC = "acl-push";
+    static final String ACL_PULL_TOPIC = "acl-pull";
+    static final String ACL_HANDOVER_TOPIC = "acl-handover";
+    static final String ACL_PULL_GROUP = "acl-pull-group";
+    static final String ACL_HANDOVER_GROUP = "acl-handover-group";
+    /** A namespaced topic and group: the brokers know them as {@code NAMESPACE%name}. */
+    static final String NAMESPACE = "mqb-ns";
+    static final String NS_TOPIC = "acl-ns";
+    static final String NS_GROUP = "acl-ns-group";
 
     private static TestEnv instance;
 
@@ -50,6 +62,8 @@ final class TestEnv {
     final Map<String, Path> files = new TreeMap<>();
     final String logs;
     final String rocketmqLogs;
+    /** The ACL RocketMQ: namesrv, accessKey, secretKey, version. */
+    final Map<String, Object> acl;
 
     @SuppressWarnings("unchecked")
     private TestEnv() throws IOException {
@@ -64,6 +78,10 @@ final class TestEnv {
             "--topic", CLOSE_TOPIC + ":" + QUEUES, "--topic", HOLES_TOPIC + ":" + QUEUES,
             "--topic", OFFSET_TOPIC + ":" + QUEUES,
             "--group", PUSH_GROUP, "--group", PULL_GROUP, "--group", HANDOVER_GROUP, "--group", ORDERLY_GROUP,
+            "--acl-version", clientRelease(),
+            "--acl-topic", ACL_PUSH_TOPIC + ":" + QUEUES, "--acl-topic", ACL_PULL_TOPIC + ":" + QUEUES,
+            "--acl-topic", ACL_HANDOVER_TOPIC + ":" + QUEUES, "--acl-topic", NAMESPACE + "%" + NS_TOPIC + ":" + QUEUES,
+            "--group", ACL_PULL_GROUP, "--group", ACL_HANDOVER_GROUP, "--group", NS_GROUP,
             "--pods", "p0,p1"));
         ProcessBuilder builder = new ProcessBuilder(argv).directory(repo.toFile())
             .redirectError(ProcessBuilder.Redirect.INHERIT);
@@ -79,7 +97,14 @@ final class TestEnv {
         ((Map<String, Object>) doc.get("assignmentFiles")).forEach((g, p) -> files.put(g, Paths.get((String) p)));
         logs = (String) doc.get("logs");
         rocketmqLogs = (String) doc.get("rocketmqLogs");
+        acl = (Map<String, Object>) doc.get("acl");
         Runtime.getRuntime().addShutdownHook(new Thread(this::stop));
+    }
+
+    /** The release of the RocketMQ client on the classpath ("5.3.3", "4.9.7"): the ACL broker runs it too. */
+    static String clientRelease() {
+        String desc = MQVersion.getVersionDesc(MQVersion.CURRENT_VERSION);
+        return desc.substring(1).replace('_', '.');
     }
 
     static synchronized TestEnv get() throws IOException {
