@@ -86,8 +86,9 @@ class SidecarClient:
         """Whether this pod may still process the queues of the last view (:meth:`queues` or
         :meth:`wait_for_change`): False before any view, while fenced, and once the view's
         ``grant.validForMs`` has run out on this process's monotonic clock (counted from when the
-        answer arrived), even if the sidecar cannot be reached any more. Check it before handing
-        each batch to the application; when False, stop processing every queue and ask again.
+        request was sent: an answer read late grants no more), even if the sidecar cannot be
+        reached any more. Check it before handing each batch to the application; when False, stop
+        processing every queue and ask again.
         A view without a grant (handover Off) is valid until replaced."""
         if not self._viewed or self._fenced:
             return False
@@ -144,14 +145,15 @@ class SidecarClient:
             return timeout
         return min(timeout, max(1.0, remaining / 3))
 
-    def _note_view(self, view: dict[str, Any]) -> dict[str, Any]:
-        arrived = self._monotonic()
+    def _note_view(self, view: dict[str, Any], asked: float) -> dict[str, Any]:
+        # Counted from when the request was sent, not when the answer was read: an answer that
+        # waited in the socket while this process was paused carries a grant that began earlier.
         self._viewed = True
         self._fenced = view.get("fenced") is True
         grant = view.get("grant")
         valid_ms = grant.get("validForMs") if isinstance(grant, dict) else None
         if isinstance(valid_ms, int | float) and not isinstance(valid_ms, bool):
-            self._grant_until = arrived + max(0.0, valid_ms) / 1000.0
+            self._grant_until = asked + max(0.0, valid_ms) / 1000.0
         else:
             self._grant_until = None
         return view
@@ -161,7 +163,8 @@ class SidecarClient:
     def queues(self) -> dict[str, Any]:
         """This pod's queues per topic, with ``generation`` and ``strategy`` (and, with a handover,
         ``fenced`` and ``grant``: see :meth:`grant_valid`)."""
-        return self._note_view(self._get("/v1/queues", {}))
+        asked = self._monotonic()
+        return self._note_view(self._get("/v1/queues", {}), asked)
 
     def wait_for_change(self, after_generation: int, timeout: float = 30.0) -> dict[str, Any]:
         """Like :meth:`queues`, but waits until the generation differs from ``after_generation``.
@@ -170,7 +173,8 @@ class SidecarClient:
         ``generation``. Pass -1 to wait for the first assignment.
         """
         params = {"after": str(after_generation), "timeout": f"{timeout:g}"}
-        return self._note_view(self._get("/v1/queues", params, wait=timeout))
+        asked = self._monotonic()
+        return self._note_view(self._get("/v1/queues", params, wait=timeout), asked)
 
     def assignment(self) -> dict[str, Any]:
         """The whole group's assignment document."""

@@ -82,3 +82,24 @@ def test_the_long_poll_renews_the_grant_in_time() -> None:
     assert client.grant_poll_timeout(60) == 3.0
     clock.advance(8.5)
     assert client.grant_poll_timeout(60) == 1.0, "at least a second"
+
+
+def test_an_answer_read_late_grants_no_more_than_from_when_it_was_asked_for() -> None:
+    """A process paused (SIGSTOP, a long GC) while a long-poll's answer waits in its socket reads the
+    answer late: the grant in it was counted by the sidecar when it answered, so it may already be
+    over. Counted from when the request was sent, it never outlives what the sidecar granted."""
+    clock = FakeClock(10.0)
+    client = SidecarClient("http://127.0.0.1:1", monotonic=clock)
+    sidecar = Sidecar(client)
+    sidecar.answers = [granted(4000)]
+    real_get = sidecar.get
+
+    def paused_get(path: str, params: dict[str, str], *, wait: float = 0.0) -> dict[str, Any]:
+        answer = real_get(path, params, wait=wait)
+        clock.advance(8.0)  # answered at once, read eight seconds later
+        return answer
+
+    client._get = paused_get  # type: ignore[method-assign]
+    client.wait_for_change(3, timeout=1.5)
+    assert not client.grant_valid(), "a four-second grant read eight seconds late is over"
+    assert client.grant_remaining() == 0.0

@@ -1,0 +1,255 @@
+"""Scoring of the nemesis suite: owner-side figures from what the consumer apps recorded.
+
+Each consumer app (harness/consumer_app.py) records, per queue, the intervals during which it
+processed batches under a valid grant; the runner (tests/node/test_nemesis.py) scrapes every
+app's record during a round. Pure functions here turn those snapshots into :class:`Interval`
+values and score a fault's round:
+
+- **overlapping owners**: two different pods whose processing intervals of one queue overlap in
+  time. An interval ends at the end of its last batch, which a client honouring the grant never
+  starts unless the grant outlasts it; an app that died with an interval open is taken to have
+  processed until the first moment it was known dead (its first failed scrape, or the start of
+  its container's next run), an upper bound, so a missed overlap is impossible and a false one
+  costs at most one scrape period.
+- **longest time unconsumed**: per queue, the longest stretch inside the round during which no
+  pod processed it, with the queue and the stretch, compared with
+  ``leaseSeconds + leaseMarginSeconds + 2 x the one-step latency`` (:func:`gap_bound`).
+
+Times are Unix seconds: every node of a ``RealNode`` cluster is a network namespace on the one
+machine, so the apps and the runner read the same clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``member`` (a pod; ``boot`` tells its container's runs apart) processed ``queue`` from
+    ``start`` to ``end``; ``open`` when it was still processing at the last snapshot."""
+
+    member: str
+    boot: float
+    queue: str
+    start: float
+    end: float
+    open: bool = False
+    generation: int | None = None
+    """The generation of the view the app processed under when the interval began."""
+
+
+@dataclass(frozen=True)
+class Overlap:
+    queue: str
+    first: Interval
+    second: Interval
+
+    @property
+    def start(self) -> float:
+        return max(self.first.start, self.second.start)
+
+    @property
+    def seconds(self) -> float:
+        return min(self.first.end, self.second.end) - self.start
+
+
+@dataclass(frozen=True)
+class Gap:
+    """``queue`` went unprocessed from ``start`` to ``end``."""
+
+    queue: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Snapshots:
+    """What the runner scraped from one pod's app: the last record of each run (``boot``), when it
+    was read, and when a read of that run first failed after it (None while it answers)."""
+
+    member: str
+    records: dict[float, dict[str, Any]] = field(default_factory=dict)
+    read_at: dict[float, float] = field(default_factory=dict)
+    failed_at: dict[float, float] = field(default_factory=dict)
+
+    def add(self, record: dict[str, Any], at: float) -> None:
+        boot = float(record["boot"])
+        self.records[boot] = record
+        self.read_at[boot] = at
+        self.failed_at.pop(boot, None)
+
+    def failed(self, at: float) -> None:
+        """A read that got no answer: the latest run may be stopped, restarting or dead."""
+        if self.records:
+            latest = max(self.records)
+            self.failed_at.setdefault(latest, at)
+
+
+def intervals(snapshots: Iterable[Snapshots], alive: Mapping[str, bool]) -> list[Interval]:
+    """Every interval the snapshots hold. A run is dead when a later run of the same pod answered
+    or ``alive[member]`` is False (its pod is gone); a dead run's open intervals end when it was
+    first known dead: the next run's start, else its first failed read, else its last read."""
+    found: list[Interval] = []
+    for snap in snapshots:
+        boots = sorted(snap.records)
+        for index, boot in enumerate(boots):
+            record = snap.records[boot]
+            later = boots[index + 1] if index + 1 < len(boots) else None
+            dead = later is not None or not alive.get(snap.member, True)
+            bounds = [b for b in (later, snap.failed_at.get(boot)) if b is not None]
+            known_dead = min(bounds) if bounds else snap.read_at[boot]
+            for item in record["intervals"]:
+                still_open = bool(item.get("open"))
+                end = float(item["end"])
+                if still_open and dead:
+                    end = max(end, known_dead)
+                generation = item.get("generation")
+                found.append(
+                    Interval(
+                        snap.member,
+                        boot,
+                        str(item["queue"]),
+                        float(item["start"]),
+                        end,
+                        still_open and not dead,
+                        None if generation is None else int(generation),
+                    )
+                )
+    return found
+
+
+def overlaps(found: Iterable[Interval], since: float | None = None) -> list[Overlap]:
+    """Pairs of intervals of one queue held by two different members at overlapping times (the
+    overlap ending after ``since`` when given); intervals that merely touch do not overlap."""
+    by_queue: dict[str, list[Interval]] = {}
+    for item in found:
+        by_queue.setdefault(item.queue, []).append(item)
+    result: list[Overlap] = []
+    for queue, items in sorted(by_queue.items()):
+        items.sort(key=lambda i: (i.start, i.end))
+        for index, first in enumerate(items):
+            for second in items[index + 1 :]:
+                if second.start >= first.end:
+                    break
+                if second.member == first.member:
+                    continue
+                pair = Overlap(queue, first, second)
+                if pair.seconds > 0 and (since is None or pair.start + pair.seconds > since):
+                    result.append(pair)
+    return result
+
+
+def gaps(found: Iterable[Interval], queues: Iterable[str], start: float, end: float) -> list[Gap]:
+    """Each queue's longest stretch inside [start, end] processed by nobody (zero-length when it
+    was always processed), longest first."""
+    covering: dict[str, list[tuple[float, float]]] = {q: [] for q in queues}
+    for item in found:
+        if item.queue in covering and item.end > start and item.start < end:
+            covering[item.queue].append((max(item.start, start), min(item.end, end)))
+    result = []
+    for queue, spans in covering.items():
+        longest = Gap(queue, start, start)
+        reached = start
+        for lo, hi in sorted(spans):
+            if lo > reached and lo - reached > longest.seconds:
+                longest = Gap(queue, reached, lo)
+            reached = max(reached, hi)
+        if end - reached > longest.seconds:
+            longest = Gap(queue, reached, end)
+        result.append(longest)
+    return sorted(result, key=lambda g: (-g.seconds, g.queue))
+
+
+def gap_bound(lease: float, margin: float, step: float) -> float:
+    """The longest a queue may go unprocessed once the operator has acted on a fault: the lease
+    and its margin (an owner that cannot release) plus two steps (revoke, then assign)."""
+    return lease + margin + 2 * step
+
+
+def step_latency(found: Iterable[Interval], computed_at: Mapping[int, float]) -> float:
+    """The one-step latency: the longest time from a generation's ``computedAt`` until an app began
+    processing a queue under it (the operator's write, the sidecar's watch, the app's long-poll and
+    its next batch), over the generations ``computed_at`` names."""
+    delays = [
+        item.start - at
+        for item in found
+        if item.generation is not None
+        and (at := computed_at.get(item.generation)) is not None
+        and item.start >= at
+    ]
+    if not delays:
+        raise ValueError("no app began processing under these generations: no one-step latency to measure")
+    return max(delays)
+
+
+@dataclass(frozen=True)
+class FaultScore:
+    fault: str
+    delay: float
+    """The random delay before the fault, seconds."""
+    fault_at: float
+    intervals: int
+    overlaps: list[Overlap]
+    longest: Gap
+    detected_after: float | None
+    """From the fault to the revocation that took the victim's queues (None: nothing revoked)."""
+    held: float
+    """How long the fault lasted: from the fault to its heal (resume, restart) returning."""
+    step: float
+    """The one-step latency the bound allows (:func:`step_latency`)."""
+
+    @property
+    def bound(self) -> float:
+        return gap_bound(self.lease, self.margin, self.step)
+
+    lease: float = 0.0
+    margin: float = 0.0
+
+    @property
+    def after_detection(self) -> float:
+        """The part of the longest gap after the operator acted (all of it when nothing was revoked)."""
+        if self.detected_after is None:
+            return self.longest.seconds
+        return min(self.longest.seconds, self.longest.end - (self.fault_at + self.detected_after))
+
+
+def table(scores: Sequence[FaultScore]) -> str:
+    """The per-fault table the runner prints and docs/reliability.md copies."""
+    head = (
+        "fault",
+        "delay s",
+        "held s",
+        "intervals",
+        "overlapping owners",
+        "longest unconsumed s",
+        "fault to revocation s",
+        "unconsumed after revocation s",
+        "one step s",
+        "bound s",
+    )
+    rows = [
+        (
+            s.fault,
+            f"{s.delay:.2f}",
+            f"{s.held:.1f}",
+            str(s.intervals),
+            str(len(s.overlaps)),
+            f"{s.longest.seconds:.1f} ({s.longest.queue})",
+            "-" if s.detected_after is None else f"{s.detected_after:.1f}",
+            f"{s.after_detection:.1f}",
+            f"{s.step:.2f}",
+            f"{s.bound:.1f}",
+        )
+        for s in scores
+    ]
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (head, *rows)
+    )
