@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image with every entry point: `mqbalance operator`, `mqbalance sidecar` and `mqbalance injector`.
-# Build:  docker build -t mqbalance/mqbalance:0.1.0 .
+# Build:  docker build -t mqbalance/mqbalance:0.2.0 .
 # The dependencies of the operator, the sidecar and the injector (mqbalance[operator,sidecar,injector]); the replay
 # (mqbalance[replay]) is not included: it runs where Spark runs.
 
@@ -24,7 +24,7 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="mqbalance" \
       org.opencontainers.image.description="RocketMQ-style consumer group load balancing under Kubernetes control" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.version="0.1.0"
+      org.opencontainers.image.version="0.2.0"
 ENV PATH=/opt/mqbalance/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -10,8 +10,9 @@ STAMP  := $(VENV)/.installed
 # default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
 # docs/local-cluster.md. The real-pod tests (`make test-node`, root) run on a kubelet + containerd
 # node of the same release (docs/real-node.md).
-.PHONY: help venv control-plane control-plane-1.20 node images java-oracle rocketmq browser kwok java-test demo \
-	demo-node test test-k8s-1.20 test-node test-chaos test-unit test-mutation test-slow lint format bench bench-node bench-fleet crds release clean
+.PHONY: help venv control-plane control-plane-demo control-plane-1.20 node images java-oracle rocketmq browser kwok java-test demo \
+	demo-node test test-k8s-1.20 test-node test-chaos test-unit test-mutation test-slow lint format bench bench-node bench-fleet crds release \
+	release-previous clean
 
 help:
 	@echo "make demo           run the local demo: on real pods when a real node can run here, else pods acted out"
@@ -29,7 +30,7 @@ help:
 	@echo "make control-plane  build or reuse current Kubernetes (apiserver, controller-manager, ...), etcd, helm, promtool"
 	@echo "make control-plane-1.20  the same for Kubernetes 1.20"
 	@echo "make node           a real node's parts too: kubelet, kube-scheduler, kube-proxy, pause; containerd, runc, CNI"
-	@echo "make images         build or reuse the container images (mmdebstrap base, podman, pause)"
+	@echo "make images         build or reuse the container images (mmdebstrap bases, podman, pause, the replay)"
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
 	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
@@ -37,6 +38,7 @@ help:
 	@echo "make kwok           build or reuse kwok (fake nodes for the fleet bench) from Go modules"
 	@echo "make crds           copy crds/ into the Helm chart"
 	@echo "make release        write dist/: wheel, sdist, chart, image archive, Java jars, SBOMs, checksums"
+	@echo "make release-previous  build (once, cached) the previous release's dist/ for the upgrade test"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,17 +69,27 @@ browser:
 node:
 	bash hack/build-control-plane.sh --node
 
-images: node
+images: venv node
 	bash hack/build-images.sh
 
-# The virtual environment (downloads) and the control plane (a Go build) side by side.
+# The virtual environment (downloads) and the part of the control plane the demo starts (a Go
+# build) side by side; `make test` builds the rest later, reusing Go's build cache.
 demo:
-	$(MAKE) -j2 venv control-plane
+	$(MAKE) -j2 venv control-plane-demo
 	$(BIN)/python -m harness.demo
+
+control-plane-demo:
+	bash hack/build-control-plane.sh --demo
 
 # dist/ (hack/release.sh; docs/deploy.md, "Release artifacts"). The image step needs root.
 release: venv control-plane node
 	bash hack/release.sh
+
+# The previous release's dist/ (hack/previous-release), built once per commit into the cache, for
+# the upgrade test in `make test-node`. Exit 3 (no such commit in a shallow clone) is not an error:
+# the test then skips and says how to fetch it.
+release-previous: venv control-plane node
+	bash hack/build-previous-release.sh >/dev/null || test $$? -eq 3
 
 demo-node: venv node images
 	$(BIN)/python -m harness.demo --mode real
@@ -128,7 +140,7 @@ bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_load.py
 	$(BIN)/python bench/bench_sidecar.py
-	$(BIN)/python bench/bench_replay.py
+	$(BIN)/python bench/bench_replay.py --sizes 400,2000 --modes single,local2
 	$(BIN)/python bench/bench_rebalance_latency.py
 	$(BIN)/python bench/bench_operator_scale.py --groups 1000
 	$(BIN)/python bench/bench_rocketmq_start.py --rounds 3

@@ -59,6 +59,8 @@ HELM_VERSION = "v3.17.2"
 ADMIN_USER = "mqbalance-admin"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""Common name of the API server's client certificate towards APIService servers."""
 
 # Controllers that need kubelets, a cloud provider or a CA we do not run. Garbage collection,
 # namespace deletion and the service-account controllers stay on. Later releases accept these
@@ -723,6 +725,48 @@ class LocalCluster:
         )  # fmt: skip
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
         self._openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+        self._write_front_proxy_pki(pki, ec, days)
+
+    def _write_front_proxy_pki(self, pki: Path, ec: tuple[str, ...], days: str) -> None:
+        """The aggregation layer's own CA and the client certificate the API server presents to an
+        APIService's server (which trusts that CA: kube-system/extension-apiserver-authentication)."""
+        self._openssl(
+            "req", "-x509", *ec, "-nodes", "-days", days,
+            "-keyout", str(pki / "front-proxy-ca.key"), "-out", str(pki / "front-proxy-ca.crt"),
+            "-subj", "/CN=mqbalance-front-proxy-ca",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+        ext = pki / "front-proxy-client.ext"
+        ext.write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+        self._openssl(
+            "req", *ec, "-nodes", "-keyout", str(pki / "front-proxy-client.key"),
+            "-out", str(pki / "front-proxy-client.csr"), "-subj", f"/CN={FRONT_PROXY_CLIENT}",
+        )  # fmt: skip
+        self._openssl(
+            "x509", "-req", "-in", str(pki / "front-proxy-client.csr"), "-days", days,
+            "-CA", str(pki / "front-proxy-ca.crt"), "-CAkey", str(pki / "front-proxy-ca.key"),
+            "-CAcreateserial",
+            "-extfile", str(ext), "-out", str(pki / "front-proxy-client.crt"),
+        )  # fmt: skip
+
+    def _aggregation_flags(self) -> list[str]:
+        """The aggregation layer (APIServices): the identity the API server proxies with, and the CA
+        and headers an extension server reads the caller from."""
+        pki = self.workdir / "pki"
+        return [
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        ]
 
     def _serving_names(self) -> list[str]:
         """subjectAltName entries of the API server's certificate (a real node adds its address)."""
@@ -822,6 +866,7 @@ class LocalCluster:
             # log a validation error every 10 s.
             "--endpoint-reconciler-type=none",
             f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
+            *self._aggregation_flags(),
             "--profiling=false",
             "--v=1",
         ]

@@ -289,6 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--keep-logs", type=Path, metavar="DIR", help="keep the operator and sidecar logs here"
     )
     parser.add_argument(
+        "--keep-journal",
+        type=Path,
+        metavar="DIR",
+        help="real pods: keep the operator's log, its rebalance journal, as DIR/demo-operator.log "
+        "(for mqbalance replay --journal)",
+    )
+    parser.add_argument(
         "--mode",
         choices=("auto", "real", "stand-in"),
         default="auto",
@@ -312,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from harness import demo_node
 
             step("mode: real pods (kubelet + containerd node; --mode stand-in for the stand-in)")
-            return demo_node.run(args.keep_logs, args.timeout * 3)
+            return demo_node.run(args.keep_logs, args.timeout * 3, args.keep_journal)
         if args.mode == "real":
             print(f"a real node cannot run here: {reason}", file=sys.stderr)
             return 2

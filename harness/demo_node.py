@@ -27,6 +27,7 @@ from harness.node_workload import (
     consumer_deployment,
     install_chart,
     rollout_status,
+    save_journal,
     sidecar_view,
     wait_members,
     zones_of_pods,
@@ -77,8 +78,21 @@ def _show_zones(node: RealNode, doc: AssignmentDocument) -> None:
     print("Members by zone: " + "; ".join(f"{z}: {', '.join(ps)}" for z, ps in sorted(by_zone.items())))
 
 
-def run(workdir: Path | None, timeout: float) -> int:
-    """The real-pod demo; returns the exit status."""
+def _keep_journal(node: RealNode, path: Path) -> None:
+    try:
+        records = save_journal(node, path)
+    except (AssertionError, subprocess.SubprocessError) as exc:  # no operator pod (yet)
+        print(f"the operator's journal could not be kept: {exc}")
+        return
+    step(
+        f"the operator's journal ({records} records) kept in {path}; replay it with "
+        f"`mqbalance replay --journal {path} --out DIR`"
+    )
+
+
+def run(workdir: Path | None, timeout: float, keep_journal: Path | None = None) -> int:
+    """The real-pod demo; returns the exit status. ``keep_journal``: a directory where the
+    operator's log (its rebalance journal) is kept before the teardown, also after a failure."""
     started = time.monotonic()
     step("building or reusing the node binaries and images (cached; see docs/real-node.md)")
     images = ensure_images()
@@ -137,6 +151,8 @@ def run(workdir: Path | None, timeout: float) -> int:
         print("interrupted")
         return 130
     finally:
+        if keep_journal is not None and node.running:
+            _keep_journal(node, keep_journal / "demo-operator.log")
         step("tearing the node down (pods, containerd, iptables rules, bridge, mounts)")
         node.stop()
     step(f"done in {time.monotonic() - started:.1f} s")

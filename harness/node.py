@@ -628,6 +628,9 @@ class RealNode(LocalCluster):
             "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
+            *self._aggregation_flags(),
+            # Straight to an APIService's pod, not through its Service's cluster IP.
+            "--enable-aggregator-routing=true",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-account-key-file={pki / 'sa.pub'}",
@@ -662,6 +665,8 @@ class RealNode(LocalCluster):
             # A stopped kubelet turns the node NotReady within 16 s (default 40 s).
             "--node-monitor-period=2s",
             "--node-monitor-grace-period=16s",
+            # HorizontalPodAutoscalers act within seconds (default 15 s): tests wait for them.
+            "--horizontal-pod-autoscaler-sync-period=2s",
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             "--v=1",

@@ -257,3 +257,12 @@ def journal(node: RealNode) -> list[JournalRecord]:
         if line.startswith("{") and f'"{KIND}"' in line:
             records.append(JournalRecord.decode(line))
     return records
+
+
+def save_journal(node: RealNode, path: Path) -> int:
+    """Keep the acting operator's log, journal lines and all, as a user collects it for
+    ``mqbalance replay --journal`` (``kubectl logs``); returns how many journal records it holds."""
+    out = node.kubectl("logs", "-n", RELEASE_NAMESPACE, operator_pod(node), timeout=60).stdout
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(out)
+    return sum(1 for line in out.splitlines() if f'"{KIND}"' in line)

@@ -5,4 +5,4 @@ Spark. ``mqbalance.operator``, ``mqbalance.sidecar`` and ``mqbalance.pipeline``
 build on it.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

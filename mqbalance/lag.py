@@ -21,6 +21,7 @@ objects as keys, which no JSON parser reads::
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -305,3 +306,70 @@ def queues_of(topics: Mapping[str, Assignment]) -> Iterable[MessageQueue]:
     for assignment in topics.values():
         for held in assignment.values():
             yield from held
+
+
+# -- the recommended member count ---------------------------------------------------------------
+
+BACKLOG_SECONDS = 10.0
+"""A member counts as saturated when it had at least this many seconds of its own consumption
+waiting at both readings. RocketMQ's clients commit offsets every 5 seconds, so a member that
+keeps up still shows up to 5 seconds of traffic as lag; twice that is a real backlog."""
+DEFAULT_DRAIN_SECONDS = 300.0
+"""The time the recommended members should take to consume the present backlog."""
+
+
+def member_capacity(
+    previous: Sample | None, current: Sample, topics: Mapping[str, Assignment]
+) -> float | None:
+    """Messages a second one member consumes when it has work waiting: the mean consume rate of
+    the members that were saturated (see :data:`BACKLOG_SECONDS`) between two readings.
+
+    Only a member with a backlog shows what it can do; one that keeps up consumes what arrives.
+    None when no member was saturated (or without an earlier reading)."""
+    if previous is None or current.time <= previous.time:
+        return None
+    seconds = current.time - previous.time
+    held: dict[str, set[MessageQueue]] = {}
+    for assignment in topics.values():
+        for member, queues in assignment.items():
+            held.setdefault(member, set()).update(queues)
+    saturated: list[float] = []
+    for members_queues in held.values():
+        consumed = lag_before = lag_now = 0
+        for queue in members_queues:
+            now, before = current.offsets.get(queue), previous.offsets.get(queue)
+            if now is None or before is None:
+                continue
+            consumed += max(0, now.consumer_offset - before.consumer_offset)
+            lag_before += before.lag
+            lag_now += now.lag
+        rate = consumed / seconds
+        if rate > 0 and min(lag_before, lag_now) >= rate * BACKLOG_SECONDS:
+            saturated.append(rate)
+    return sum(saturated) / len(saturated) if saturated else None
+
+
+def recommended_members(
+    *,
+    queues: int,
+    members: int,
+    lag: int,
+    produce_rate: float,
+    capacity: float | None,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+) -> int:
+    """Members the group needs: ``ceil(produce_rate / capacity + lag / (capacity * drain_seconds))``,
+    enough to keep up with what arrives and to consume the backlog within ``drain_seconds``,
+    clamped to ``[1, queues]`` (a member beyond the readable queues would hold none).
+
+    ``capacity`` is :func:`member_capacity` (the last one measured). Without it (no member has had
+    a backlog yet) nothing says what a member can do: nothing arriving and nothing waiting needs
+    one member, anything else keeps the present ``members``.
+    """
+    upper = max(1, queues)
+    if capacity is None or capacity <= 0:
+        wanted = 1 if produce_rate <= 0 and lag <= 0 else members
+    else:
+        # The small allowance keeps a figure like 2.0000000001 (float noise) at 2.
+        wanted = math.ceil(produce_rate / capacity + lag / (capacity * drain_seconds) - 1e-9)
+    return min(upper, max(1, wanted))

@@ -46,6 +46,9 @@ class NameServerSpec:
     addresses: tuple[str, ...] = ()
     """Empty: the operator's own NameServer (``--name-server``)."""
     poll_seconds: float = DEFAULT_POLL_SECONDS
+    acl_secret: str | None = None
+    """``aclSecretRef.name``: a Secret in the Topic's namespace whose ``accessKey`` and
+    ``secretKey`` sign the operator's requests to the brokers (clusters with ACL); None: unsigned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +83,14 @@ def read_name_server(spec: Mapping[str, Any] | None) -> NameServerSpec | None:
         return NameServerSpec()
     addresses = name_server.get("addresses")
     poll = name_server.get("pollSeconds")
+    secret_ref = name_server.get("aclSecretRef")
+    secret = secret_ref.get("name") if isinstance(secret_ref, Mapping) else None
     return NameServerSpec(
         tuple(a for a in addresses if isinstance(a, str)) if isinstance(addresses, list) else (),
         float(poll)
         if isinstance(poll, (int, float)) and not isinstance(poll, bool) and poll >= 1
         else DEFAULT_POLL_SECONDS,
+        secret if isinstance(secret, str) and secret else None,
     )
 
 

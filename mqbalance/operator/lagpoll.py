@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mqbalance.contract import AssignmentDocument, DocumentError
-from mqbalance.lag import GroupLag, Rates, Sample, group_lag, most_behind, rates
+from mqbalance.lag import (
+    DEFAULT_DRAIN_SECONDS,
+    GroupLag,
+    Rates,
+    Sample,
+    group_lag,
+    member_capacity,
+    most_behind,
+    rates,
+    recommended_members,
+)
 from mqbalance.model import Assignment, MessageQueue
 from mqbalance.operator.conditions import rfc3339
 from mqbalance.operator.metrics import LagFigures
@@ -48,6 +58,8 @@ class LagSettings:
     per_queue_metrics: bool = False
     """Export mqbalance_queue_lag (one series per queue: many)."""
     most_behind: int = MOST_BEHIND
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    """The time status.lag.recommendedMembers allows for consuming the backlog."""
 
 
 def queue_rates(previous: Sample | None, current: Sample) -> dict[MessageQueue, float] | None:
@@ -88,8 +100,11 @@ def lag_status(
     now: float,
     limit: int,
     spread: float | None = None,
+    recommended: int | None = None,
+    capacity: float | None = None,
 ) -> dict[str, Any]:
-    """``status.lag``: totals, rates, the members furthest behind (at most ``limit``)."""
+    """``status.lag``: totals, rates, the members furthest behind (at most ``limit``), the
+    recommended member count and the per-member consume rate it was computed from."""
     status: dict[str, Any] = {
         "total": lag.total,
         "queues": lag.queues,
@@ -106,6 +121,10 @@ def lag_status(
         status["produceRate"] = round(rate.produce, 1)
     if spread is not None:
         status["loadSpread"] = round(spread, 2)
+    if recommended is not None:
+        status["recommendedMembers"] = recommended
+    if capacity is not None:
+        status["memberConsumeRate"] = round(capacity, 1)
     if failures:
         status["brokersUnavailable"] = sorted({f.broker or f.topic for f in failures})
     return status
@@ -139,6 +158,8 @@ class LagPoller:
         self.clock = clock
         self.monotonic = monotonic
         self.samples: dict[tuple[str, str], Sample] = {}
+        self.capacity: dict[tuple[str, str], float] = {}
+        """Each group's last measured per-member consume rate (lag.member_capacity)."""
         self._documents: dict[tuple[str, str], tuple[str | None, AssignmentDocument]] = {}
         self.rounds = 0
         """Rounds over every group completed."""
@@ -161,6 +182,8 @@ class LagPoller:
         keys = {(s.namespace, s.name) for s in groups}
         for gone in set(self.samples) - keys:
             del self.samples[gone]
+        for gone in set(self.capacity) - keys:
+            del self.capacity[gone]
         for gone in set(self._documents) - keys:
             del self._documents[gone]
         self.reader.begin_round()
@@ -183,7 +206,9 @@ class LagPoller:
         named = any(addresses for _, addresses in topics)
         if not topics or (not named and not self.reader.default_name_server):
             return  # no NameServer to ask: lag is not measured for this group
-        read = await self.reader.read_group(document.group, topics)
+        secrets = self.controller.lag_secrets(state, [topic for topic, _ in topics])
+        credentials = {t: await self.reader.credentials(state.namespace, s, t) for t, s in secrets.items()}
+        read = await self.reader.read_group(document.group, topics, credentials)
         self.controller.metrics.observe_lag_read(read.requests, [f.reason for f in read.failures])
         sample = Sample(self.monotonic(), read.offsets)
         before = self.samples.get(key)
@@ -193,7 +218,29 @@ class LagPoller:
             self.samples[key] = sample
         lag = group_lag(read.offsets, document.topics)
         spread = load_spread(per_queue, document.topics) if per_queue is not None else None
-        status = lag_status(lag, rate, read.failures, self.clock(), self.settings.most_behind, spread)
+        recommended: int | None = None
+        if rate is not None:  # no recommendation without two whole readings: an autoscaler then holds
+            measured = member_capacity(before, sample, document.topics)
+            if measured is not None:
+                self.capacity[key] = measured
+            recommended = recommended_members(
+                queues=lag.queues,
+                members=len(lag.members),
+                lag=lag.total,
+                produce_rate=rate.produce,
+                capacity=self.capacity.get(key),
+                drain_seconds=self.settings.drain_seconds,
+            )
+        status = lag_status(
+            lag,
+            rate,
+            read.failures,
+            self.clock(),
+            self.settings.most_behind,
+            spread,
+            recommended,
+            self.capacity.get(key) if recommended is not None else None,
+        )
         condition = lag_condition(read.failures, lag.queues)
         figures = LagFigures(
             total=lag.total,
@@ -205,6 +252,7 @@ class LagPoller:
             else (),
             available=not read.failures,
             load_spread=spread,
+            recommended_members=recommended,
         )
         await self.controller.set_lag(state, status, condition, figures)
         if per_queue is not None:

@@ -112,6 +112,32 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         help="also export mqbalance_queue_lag, one series per queue of every group (many series)",
     )
     parser.add_argument(
+        "--lag-drain-seconds",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="status.lag.recommendedMembers counts the members that consume the backlog within this time "
+        "besides keeping up with what arrives (default 300)",
+    )
+    parser.add_argument(
+        "--external-metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve external.metrics.k8s.io/v1beta1 (lag, recommended members) over HTTPS on this port for a "
+        "HorizontalPodAutoscaler, through an APIService; 0 (default) serves nothing",
+    )
+    parser.add_argument(
+        "--external-metrics-host",
+        default="0.0.0.0",
+        help="address of the external metrics listener (default all)",
+    )
+    parser.add_argument(
+        "--external-metrics-cert-dir",
+        metavar="DIR",
+        help="tls.crt and tls.key of the external metrics listener (the APIService's caBundle signs tls.crt)",
+    )
+    parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
     )
     parser.add_argument(
@@ -155,6 +181,12 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         parser.error("--lag-timeout must be more than 0 and at most 60 seconds")
     if not 0 < args.lag_requests_per_second <= 10000:
         parser.error("--lag-requests-per-second must be more than 0 and at most 10000")
+    if not 1 <= args.lag_drain_seconds <= 86400:
+        parser.error("--lag-drain-seconds must be from 1 to 86400")
+    if not 0 <= args.external_metrics_port < 65536:
+        parser.error(f"--external-metrics-port {args.external_metrics_port} is not a TCP port; use 1-65535")
+    if args.external_metrics_port and not args.external_metrics_cert_dir:
+        parser.error("--external-metrics-port needs --external-metrics-cert-dir (tls.crt, tls.key)")
     if not 0 < args.name_server_timeout <= 60:
         parser.error("--name-server-timeout must be more than 0 and at most 60 seconds")
     logging.basicConfig(
@@ -185,6 +217,10 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         lag_timeout=args.lag_timeout,
         lag_rate=args.lag_requests_per_second,
         lag_queue_metrics=args.lag_queue_metrics,
+        lag_drain_seconds=args.lag_drain_seconds,
+        external_metrics_port=args.external_metrics_port,
+        external_metrics_host=args.external_metrics_host,
+        external_metrics_cert_dir=args.external_metrics_cert_dir,
     )
 
 

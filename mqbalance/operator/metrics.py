@@ -96,6 +96,8 @@ class LagFigures:
     """Every broker answered."""
     load_spread: float | None = None
     """The busiest member's produce rate over the mean member's; None until rates are known."""
+    recommended_members: int | None = None
+    """status.lag.recommendedMembers; None until two readings in a row gave rates."""
 
 
 class LagCollector(Collector):
@@ -131,6 +133,11 @@ class LagCollector(Collector):
             "The busiest member's produce rate over the mean member's in the published assignment (1: even).",
             labels=labels,
         )
+        recommended = GaugeMetricFamily(
+            "mqbalance_group_recommended_members",
+            "Members the group needs to keep up and drain its backlog (status.lag.recommendedMembers).",
+            labels=labels,
+        )
         member = GaugeMetricFamily(
             "mqbalance_member_lag",
             "Messages not yet consumed in the queues the published assignment gives the member.",
@@ -150,11 +157,13 @@ class LagCollector(Collector):
                 produce.add_metric([namespace, group], f.produce_rate)
             if f.load_spread is not None:
                 spread.add_metric([namespace, group], f.load_spread)
+            if f.recommended_members is not None:
+                recommended.add_metric([namespace, group], float(f.recommended_members))
             for name, lag in f.members:
                 member.add_metric([namespace, group, name], float(lag))
             for mq, lag in f.queues:
                 queue.add_metric([namespace, group, mq.topic, mq.broker_name, str(mq.queue_id)], float(lag))
-        yield from (total, consume, produce, spread, available, member, queue)
+        yield from (total, consume, produce, spread, recommended, available, member, queue)
 
 
 class GroupCollector(Collector):
@@ -283,7 +292,7 @@ class OperatorMetrics:
         self.lag_requests = Counter(
             "mqbalance_lag_requests",
             "Offset requests (GET_CONSUME_STATS) to brokers and route reads that failed, by result "
-            "(ok, BrokerUnreachable, QueryRefused, NoRoute, NoNameServer).",
+            "(ok, BrokerUnreachable, QueryRefused, NoRoute, NoNameServer, NoCredentials).",
             ["result"],
             registry=registry,
         )

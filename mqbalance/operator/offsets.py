@@ -8,15 +8,22 @@ sends too. Requests are paced by a token bucket shared by all groups (``rate`` a
 most ``per_broker`` in flight to one broker, each bounded by ``timeout``. A broker that cannot
 be reached, does not answer in time or refuses the query is reported with its reason; the
 queues of the brokers that answered are kept.
+
+Brokers that check ACL get the request signed as RocketMQ's ``AclClientRPCHook`` signs it, with
+the access and secret key of the Secret a Topic names (``spec.nameServer.aclSecretRef``), read
+from the API server once a round.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mqbalance.lag import GET_CONSUME_STATS, ConsumeStatsError, QueueOffsets, decode_consume_stats
 from mqbalance.model import MessageQueue
@@ -29,7 +36,15 @@ from mqbalance.rocketmq.nameserver import (
     invoke,
     parse_addresses,
 )
-from mqbalance.rocketmq.remoting import MASTER_ID, FrameError, ResponseCode, TopicRouteData, request
+from mqbalance.rocketmq.remoting import (
+    MASTER_ID,
+    Credentials,
+    FrameError,
+    ResponseCode,
+    TopicRouteData,
+    request,
+    sign,
+)
 
 DEFAULT_RATE = 50.0
 """Broker requests a second at most, over every group (bursts of DEFAULT_BURST)."""
@@ -39,13 +54,32 @@ DEFAULT_PER_BROKER = 4
 
 _opaque = itertools.count(1)
 
+SecretGetter = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+"""Reads Secret (namespace, name) from the API server: the object as JSON."""
+
+
+def secret_credentials(secret: Mapping[str, Any]) -> Credentials:
+    """The ``accessKey`` and ``secretKey`` of a Secret; ValueError naming what is missing."""
+    data = secret.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    keys: dict[str, str] = {}
+    for key in ("accessKey", "secretKey"):
+        value = data.get(key)
+        try:
+            keys[key] = base64.b64decode(value, validate=True).decode() if isinstance(value, str) else ""
+        except (binascii.Error, UnicodeDecodeError):
+            keys[key] = ""
+        if not keys[key]:
+            raise ValueError(f"has no key {key!r} (base64 of a UTF-8 string)")
+    return Credentials(keys["accessKey"], keys["secretKey"])
+
 
 @dataclass(frozen=True)
 class BrokerFailure:
     """One broker (or the route to it) that gave no offsets."""
 
     reason: str
-    """BrokerUnreachable, QueryRefused, NoRoute or NoNameServer."""
+    """BrokerUnreachable, QueryRefused, NoRoute, NoNameServer or NoCredentials."""
     broker: str
     """The broker name ("" when the route itself could not be read)."""
     topic: str
@@ -94,7 +128,11 @@ class OffsetReader:
     timeout: float = DEFAULT_TIMEOUT
     rate: float = DEFAULT_RATE
     per_broker: int = DEFAULT_PER_BROKER
+    secrets: SecretGetter | None = None
+    """Reads the Secrets named by ``aclSecretRef``; None: Topics that name one are not read."""
     _bucket: TokenBucket | None = None
+    _credentials: dict[tuple[str, str], asyncio.Task[Credentials | str]] = field(default_factory=dict)
+    """This round's Secret reads: credentials, or why there are none."""
     _clients: dict[tuple[str, ...], NameServerClient] = field(default_factory=dict)
     _brokers: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     _routes: dict[tuple[str, tuple[str, ...]], asyncio.Task[TopicRouteData | BrokerFailure]] = field(
@@ -108,6 +146,28 @@ class OffsetReader:
         """A new round over the groups: routes are read again, brokers that failed are asked again."""
         self._routes.clear()
         self._down.clear()
+        self._credentials.clear()  # a rotated key is used from the next round on
+
+    async def credentials(self, namespace: str, secret: str, topic: str) -> Credentials | BrokerFailure:
+        """The credentials in Secret ``secret`` of ``namespace``, read once a round."""
+        key = (namespace, secret)
+        task = self._credentials.get(key)
+        if task is None:
+            task = self._credentials[key] = asyncio.ensure_future(self._read_credentials(namespace, secret))
+        got = await asyncio.shield(task)
+        if isinstance(got, Credentials):
+            return got
+        return BrokerFailure("NoCredentials", "", topic, f"topic {topic}: Secret {namespace}/{secret} {got}")
+
+    async def _read_credentials(self, namespace: str, secret: str) -> Credentials | str:
+        if self.secrets is None:
+            return "cannot be read: the operator reads no Secrets"
+        try:
+            return secret_credentials(await self.secrets(namespace, secret))
+        except ValueError as e:
+            return str(e)
+        except Exception as e:  # whatever the API server said (not found, forbidden): reported, not raised
+            return f"cannot be read: {e}"
 
     def bucket(self) -> TokenBucket:
         if self._bucket is None:
@@ -146,15 +206,18 @@ class OffsetReader:
             return BrokerFailure("NoRoute", "", topic, str(e))
 
     async def consume_stats(
-        self, broker: str, address: str, group: str, topic: str
+        self, broker: str, address: str, group: str, topic: str, credentials: Credentials | None = None
     ) -> dict[MessageQueue, QueueOffsets] | BrokerFailure:
-        """One GET_CONSUME_STATS to one broker: the group's offsets of the topic's queues there."""
+        """One GET_CONSUME_STATS to one broker: the group's offsets of the topic's queues there
+        (signed with ``credentials`` when given)."""
         semaphore = self._brokers.setdefault(address, asyncio.Semaphore(self.per_broker))
         async with semaphore:
             if address in self._down:  # failed already this round: no one waits for its timeout again
                 return BrokerFailure("BrokerUnreachable", broker, topic, self._down[address])
             await self.bucket().take()
             command = request(GET_CONSUME_STATS, next(_opaque), {"consumerGroup": group, "topic": topic})
+            if credentials is not None:
+                command = sign(command, credentials)
             try:
                 response = await invoke(address, command, self.timeout)
             except TimeoutError:
@@ -180,11 +243,21 @@ class OffsetReader:
         # Only this topic's queues on this broker (a broker answers for the topic asked).
         return {q: o for q, o in stats.offsets.items() if q.topic == topic and q.broker_name == broker}
 
-    async def read_group(self, group: str, topics: Iterable[tuple[str, Sequence[str]]]) -> GroupOffsets:
-        """Offsets of ``group`` over ``topics`` (RocketMQ topic, its NameServer addresses or none)."""
+    async def read_group(
+        self,
+        group: str,
+        topics: Iterable[tuple[str, Sequence[str]]],
+        credentials: Mapping[str, Credentials | BrokerFailure] | None = None,
+    ) -> GroupOffsets:
+        """Offsets of ``group`` over ``topics`` (RocketMQ topic, its NameServer addresses or none);
+        the requests for a topic in ``credentials`` are signed (or, a failure there, not sent)."""
         failures: list[BrokerFailure] = []
         calls = []
         for topic, addresses in topics:
+            signer = (credentials or {}).get(topic)
+            if isinstance(signer, BrokerFailure):
+                failures.append(signer)
+                continue
             route = await self.route(topic, addresses)
             if isinstance(route, BrokerFailure):
                 failures.append(route)
@@ -202,7 +275,7 @@ class OffsetReader:
                         )
                     )
                     continue
-                calls.append(self.consume_stats(data.broker_name, address, group, topic))
+                calls.append(self.consume_stats(data.broker_name, address, group, topic, signer))
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for result in await asyncio.gather(*calls):
             if isinstance(result, BrokerFailure):

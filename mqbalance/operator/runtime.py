@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, TOPICS
 from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, compact, default_identity
+from mqbalance.operator import external_metrics
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.lagpoll import LagPoller, LagSettings
@@ -55,6 +56,7 @@ class Runtime:
         self.exit_code = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._http: web.AppRunner | None = None
+        self._external: web.AppRunner | None = None
         self._client: KubeClient | None = None
         self._lock: LeaseLock | None = None
         self._shards: Shards | None = None
@@ -88,6 +90,14 @@ class Runtime:
         )
         self._http = await serve(create_app(registry, self._health), config.metrics_port, config.metrics_host)
         logger.info("metrics and /healthz on port %d", config.metrics_port)
+        if config.external_metrics_port and config.external_metrics_cert_dir:
+            # Every replica, standbys too: it reads the groups' status from the API server.
+            self._external = await external_metrics.serve(
+                client,
+                config.external_metrics_host,
+                config.external_metrics_port,
+                config.external_metrics_cert_dir,
+            )
         self._tasks.append(asyncio.create_task(self._run(client, writer, stop), name="operator"))
 
     async def _run(self, client: KubeClient, writer: Writer, stop: asyncio.Event) -> None:
@@ -151,9 +161,18 @@ class Runtime:
         tasks += [asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)]
         tasks.append(asyncio.create_task(writer.run_event_poster(), name="events"))
         if config.lag_interval > 0:  # its own loop: never on a reconcile's path
-            reader = OffsetReader(config.name_server, config.lag_timeout, config.lag_rate)
+            reader = OffsetReader(
+                config.name_server,
+                config.lag_timeout,
+                config.lag_rate,
+                secrets=lambda namespace, name: client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}"),
+            )
             self.lag = LagPoller(
-                controller, reader, LagSettings(config.lag_interval, config.lag_queue_metrics)
+                controller,
+                reader,
+                LagSettings(
+                    config.lag_interval, config.lag_queue_metrics, drain_seconds=config.lag_drain_seconds
+                ),
             )
             tasks.append(asyncio.create_task(self.lag.run(), name="lag"))
         self._tasks += tasks
@@ -204,6 +223,8 @@ class Runtime:
             await self._shards.stop()
         if self._http is not None:
             await self._http.cleanup()
+        if self._external is not None:
+            await self._external.cleanup()
         if self.controller is not None:
             self.controller.journal.close()
         if self._client is not None:

@@ -43,3 +43,10 @@ class OperatorConfig:
     """Offset requests a second at most, over all groups and brokers."""
     lag_queue_metrics: bool = False
     """Export mqbalance_queue_lag: one series per queue of every group."""
+    lag_drain_seconds: float = 300.0
+    """status.lag.recommendedMembers: members enough to consume the backlog within this time."""
+    external_metrics_port: int = 0
+    """Serve external.metrics.k8s.io on this HTTPS port; 0: not served."""
+    external_metrics_host: str = "0.0.0.0"
+    external_metrics_cert_dir: str | None = None
+    """Holds tls.crt and tls.key of the external metrics listener."""

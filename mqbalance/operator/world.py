@@ -382,6 +382,19 @@ class World:
                 out[topic.topic_name] = list(name_server.addresses) if name_server is not None else []
         return sorted(out.items())
 
+    def lag_secrets(self, state: GroupState, rocketmq_topics: Collection[str]) -> dict[str, str]:
+        """The Secrets (``spec.nameServer.aclSecretRef``) that sign the offset reads of the
+        group's RocketMQ topics, for the topics whose Topic names one."""
+        wanted = set(rocketmq_topics)
+        out: dict[str, str] = {}
+        for resource, spec in self.topic_specs.get(state.namespace, {}).items():
+            if resource not in state.topics:
+                continue
+            topic = read_topic_spec(resource, spec)
+            if topic.topic_name in wanted and topic.name_server is not None and topic.name_server.acl_secret:
+                out[topic.topic_name] = topic.name_server.acl_secret
+        return out
+
     def lag_gauges(self) -> list[tuple[str, str, LagFigures]]:
         return [(s.namespace, s.name, s.lag_figures) for s in list(self.groups.values()) if s.lag_figures]
 

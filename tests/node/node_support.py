@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harness.node import RealNode
-from harness.node_workload import EXAMPLES, assignment, sidecar_view
+from harness.node_workload import EXAMPLES, assignment, save_journal, sidecar_view
 from harness.polling import wait_for
 from mqbalance.contract import AssignmentDocument, read_topic
 from mqbalance.model import MessageQueue
@@ -47,3 +49,16 @@ def check_each_sidecar(node: RealNode, doc: AssignmentDocument, timeout: float =
         assert current is not None
         assert view["isMember"] is True, view
         assert queues_of_view(view) == queues_of_document(current, member), (member, view)
+
+
+KEEP_JOURNAL = "MQBALANCE_KEEP_JOURNAL"
+"""A directory where tests that ask for it keep the operator's journal (``make test-chaos``)."""
+
+
+def keep_journal(node: RealNode, name: str) -> None:
+    """Keep the operator's log as ``$MQBALANCE_KEEP_JOURNAL/<name>.log`` when the variable is set,
+    for ``mqbalance replay --journal`` (docs/pipeline.md, "Real journals")."""
+    directory = os.environ.get(KEEP_JOURNAL)
+    if directory:
+        records = save_journal(node, Path(directory) / f"{name}.log")
+        print(f"the operator's journal ({records} records) kept in {directory}/{name}.log")

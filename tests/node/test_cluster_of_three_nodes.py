@@ -36,6 +36,7 @@ from harness.node_workload import NAMESPACE as SHOP
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
+from tests.node.node_support import keep_journal
 
 NAMESPACE = "default"
 APP = "spread"
@@ -278,9 +279,16 @@ def _document(
     return wait_for(what, probe, timeout, 0.2)
 
 
+@pytest.fixture
+def journal(cluster: RealNode, request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test's operator journal kept after it (also when it failed) with MQBALANCE_KEEP_JOURNAL."""
+    yield
+    keep_journal(cluster, request.node.name)
+
+
 @pytest.mark.chaos
 def test_a_consumer_on_a_node_cut_off_from_the_api_is_fenced_and_its_queues_move_after_the_lease(
-    cluster: RealNode, faults: Faults, images: Images
+    cluster: RealNode, faults: Faults, images: Images, journal: None
 ) -> None:
     """The chart, the example group with Release handover and a lease, one consumer pod per zone;
     the node of one consumer (not the operator's) is cut off from the API server: that pod's

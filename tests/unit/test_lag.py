@@ -5,6 +5,7 @@ client against a fake broker, and the lag loop on the operator's loop with a fak
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -34,8 +35,16 @@ from mqbalance.operator.offsets import (
     OffsetReader,
     TokenBucket,
     broker_address,
+    secret_credentials,
 )
-from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length
+from mqbalance.rocketmq.remoting import (
+    Credentials,
+    RemotingCommand,
+    decode_payload,
+    encode,
+    frame_length,
+    sign,
+)
 from tests.unit.test_operator_loop import NS, Harness, group, pod, start
 
 # Captured from GET_CONSUME_STATS (group gX, topic probe, 10 messages over 2 queues, nothing consumed).
@@ -263,6 +272,61 @@ async def test_consume_stats_request_and_its_failures() -> None:
     assert refused_conn.reason == "BrokerUnreachable"
 
 
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_credentials_come_from_the_secrets_access_and_secret_key() -> None:
+    secret = {"data": {"accessKey": b64("mqbalance-client"), "secretKey": b64("s3cret")}}
+    assert secret_credentials(secret) == Credentials("mqbalance-client", "s3cret")
+    for data in ({"accessKey": b64("a")}, {"accessKey": b64("a"), "secretKey": "%%%"}, None):
+        with pytest.raises(ValueError, match="has no key"):
+            secret_credentials({"data": data} if data is not None else {})
+
+
+@pytest.mark.asyncio
+async def test_signed_reads_carry_the_signature_and_a_secret_is_read_once_a_round() -> None:
+    asked: list[RemotingCommand] = []
+
+    def ok(request: RemotingCommand) -> RemotingCommand:
+        asked.append(request)
+        return response(request, 0, BODY_5_3_3)
+
+    reads: list[tuple[str, str]] = []
+
+    async def secrets(namespace: str, name: str) -> dict[str, Any]:
+        reads.append((namespace, name))
+        if name == "missing":
+            raise LookupError("404 secrets missing not found")
+        return {"data": {"accessKey": b64("ak"), "secretKey": b64("sk")}}
+
+    reader = OffsetReader(timeout=0.5, secrets=secrets)
+    creds = await reader.credentials("shop", "rmq", "probe")
+    assert creds == Credentials("ak", "sk")
+    assert await reader.credentials("shop", "rmq", "other") == creds
+    assert reads == [("shop", "rmq")]
+    async with fake_broker(ok) as address:
+        await reader.consume_stats("broker-a", address, "gX", "probe", creds)
+    unsigned = RemotingCommand(code=208, ext_fields={"consumerGroup": "gX", "topic": "probe"})
+    assert dict(asked[0].ext_fields) == dict(sign(unsigned, creds).ext_fields)
+
+    missing = await reader.credentials("shop", "missing", "probe")
+    assert isinstance(missing, BrokerFailure)
+    assert missing.reason == "NoCredentials"
+    assert "shop/missing" in missing.message
+    assert "404" in missing.message
+    got = await reader.read_group("g", [("probe", ())], {"probe": missing})
+    assert got.failures == (missing,)
+    assert got.requests == 0
+    reader.begin_round()
+    await reader.credentials("shop", "rmq", "probe")
+    assert reads.count(("shop", "rmq")) == 2  # read again each round: a rotated key is picked up
+
+    nothing = await OffsetReader().credentials("shop", "rmq", "probe")
+    assert isinstance(nothing, BrokerFailure)
+    assert "reads no Secrets" in nothing.message
+
+
 @pytest.mark.asyncio
 async def test_no_name_server_means_no_route() -> None:
     got = await OffsetReader().read_group("g", [("probe", ())])
@@ -290,7 +354,7 @@ class FakeReader(OffsetReader):
         self.answer = GroupOffsets({})
         self.asked: list[tuple[str, list[tuple[str, Any]]]] = []
 
-    async def read_group(self, group: str, topics: Any) -> GroupOffsets:
+    async def read_group(self, group: str, topics: Any, credentials: Any = None) -> GroupOffsets:
         topics = list(topics)
         self.asked.append((group, topics))
         return self.answer

@@ -46,3 +46,14 @@ def test_the_examples_and_docs_name_the_image_of_this_version() -> None:
 def test_the_image_label_carries_the_project_version() -> None:
     labels = re.findall(r'org\.opencontainers\.image\.version="([^"]+)"', (REPO / "Dockerfile").read_text())
     assert labels == [project_version()]
+
+
+def test_the_install_and_upgrade_steps_name_the_release_files_of_this_version() -> None:
+    # README's "Install on a cluster" and docs/deploy.md's "Upgrading" run as written on a real node.
+    version = project_version()
+    for path in ("README.md", "docs/deploy.md"):
+        text = (REPO / path).read_text()
+        named = set(re.findall(r"mqbalance-(?:image-)?(\d+\.\d+\.\d+)\.(?:oci\.tar|tgz)\b", text))
+        assert named == {version}, (
+            f"{path} names the release files of {sorted(named)}, the project is {version}"
+        )

@@ -206,3 +206,16 @@ injection webhook uses; tests/unit/test_injector_spec.py checks that this render
   securityContext:
     {{- toYaml $sidecar.securityContext | nindent 4 }}
 {{- end }}
+
+{{- define "mqbalance.replay.serviceAccountName" -}}
+{{- default (printf "%s-replay" (include "mqbalance.fullname" .)) .Values.replay.serviceAccountName }}
+{{- end }}
+
+{{- define "mqbalance.replay.namespace" -}}
+{{- default .Release.Namespace .Values.replay.namespace }}
+{{- end }}
+
+{{- define "mqbalance.replay.labels" -}}
+{{ include "mqbalance.labels" . }}
+app.kubernetes.io/component: replay
+{{- end }}

@@ -34,6 +34,16 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- with .Values.operator.lag.aclSecrets }}
+# The Secrets Topics name in spec.nameServer.aclSecretRef, only these: their keys sign the offset reads.
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames:
+    {{- range . }}
+    - {{ . | quote }}
+    {{- end }}
+  verbs: [get]
+{{- end }}
 {{- end }}
 
 {{/* Cluster-scoped rules of the operator, whatever it watches. */}}

@@ -60,8 +60,8 @@ def test_every_object_carries_the_standard_labels(helm: Path) -> None:
         assert labels["app.kubernetes.io/name"] == "mqbalance", where
         assert labels["app.kubernetes.io/instance"] == "mq", where
         assert labels["app.kubernetes.io/managed-by"] == "Helm", where
-        assert labels["app.kubernetes.io/version"] == "0.1.0", where
-        assert labels["helm.sh/chart"] == "mqbalance-0.1.0", where
+        assert labels["app.kubernetes.io/version"] == "0.2.0", where
+        assert labels["helm.sh/chart"] == "mqbalance-0.2.0", where
 
 
 def test_operator_deployment_is_locked_down(helm: Path) -> None:
@@ -344,6 +344,26 @@ def test_values_schema_rejects_bad_values(helm: Path) -> None:
         result = run_helm(helm, "template", "mq", str(CHART), *args, check=False)
         assert result.returncode != 0, args
         assert complaint in result.stderr, result.stderr
+
+
+def test_the_replay_driver_account_is_off_by_default_and_holds_what_spark_asks(helm: Path) -> None:
+    assert not [d for d in render(helm) if d["metadata"]["name"].endswith("-replay")]
+    docs = render(helm, "--set", "replay.enabled=true", "--set", "replay.namespace=analytics")
+    replay = {d["kind"]: d for d in docs if d["metadata"]["name"] == "mq-mqbalance-replay"}
+    assert sorted(replay) == ["Role", "RoleBinding", "ServiceAccount"]
+    assert {d["metadata"]["namespace"] for d in replay.values()} == {"analytics"}
+    (rule,) = replay["Role"]["rules"]
+    # Spark's RBAC documentation: the driver creates, watches and deletes these, nothing else.
+    assert (rule["apiGroups"], set(rule["resources"])) == (
+        [""],
+        {"pods", "services", "configmaps", "persistentvolumeclaims"},
+    )
+    assert {"create", "get", "list", "watch", "delete"} <= set(rule["verbs"])
+    (subject,) = replay["RoleBinding"]["subjects"]
+    assert (subject["name"], subject["namespace"]) == ("mq-mqbalance-replay", "analytics")
+    named = render(helm, "--set", "replay.enabled=true", "--set", "replay.serviceAccountName=spark")
+    (account,) = [d for d in by_kind(named, "ServiceAccount") if d["metadata"]["name"] == "spark"]
+    assert account["metadata"]["namespace"] == "mq-system"
 
 
 def test_monitoring_objects_are_off_by_default_and_read_the_chart_files(helm: Path) -> None:

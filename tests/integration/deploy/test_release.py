@@ -27,9 +27,21 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def source_id() -> str:
+    result = subprocess.run(
+        ["bash", "hack/release.sh", "--print-source-id"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    return result.stdout.strip()
+
+
+SOURCE_BEFORE: list[str] = []
+"""The tree's source id when the dist fixture began."""
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    SOURCE_BEFORE.append(source_id())
     subprocess.run(
         ["bash", "hack/release.sh", "--no-image"],
         cwd=REPO,
@@ -59,14 +71,24 @@ def test_every_artifact_is_written_with_its_checksum(dist: Path) -> None:
         f"mqbalance-rocketmq-{v}.pom",
         f"mqbalance-rocketmq-{v}.cdx.json",
     }
-    assert {p.name for p in dist.iterdir()} == expected | {"SHA256SUMS"}
+    assert {p.name for p in dist.iterdir()} == expected | {"RELEASE", "SHA256SUMS"}
     sums: dict[str, str] = {}
     for line in (dist / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split("  ", 1)
         sums[name] = digest
-    assert set(sums) == expected
+    assert set(sums) == expected | {"RELEASE"}
     for name, digest in sums.items():
         assert hashlib.sha256((dist / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_release_records_the_version_the_commit_and_the_sources(dist: Path) -> None:
+    record = dict(line.split(" ", 1) for line in (dist / "RELEASE").read_text().splitlines())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert record["version"] == version()
+    assert record["commit"] == head.stdout.strip()
+    if source_id() != SOURCE_BEFORE[0]:
+        pytest.skip("the sources changed while hack/release.sh ran: no one source id to compare with")
+    assert record["source"] == SOURCE_BEFORE[0]
 
 
 def test_the_wheel_the_chart_and_the_jar_carry_one_version(dist: Path) -> None:
