@@ -58,7 +58,9 @@ def test_signed_offset_reads_equal_consumer_progress_and_unsigned_ones_are_refus
     assert ours.failures == ()
     theirs = consumer_progress(secured, group, topic)
     assert {q: (o.broker_offset, o.consumer_offset, o.lag) for q, o in ours.offsets.items()} == theirs
-    assert 20 <= sum(diff for _, _, diff in theirs.values()) <= 60
+    # At least the 20 sent after the consumer stopped, and less than all 80: the consumer committed
+    # some (not always all 20 it consumed: a client commits what precedes its in-flight messages).
+    assert 20 <= sum(diff for _, _, diff in theirs.values()) < 80
 
     for credentials in (None, Credentials(ACL.client.access_key, "not-the-secret")):
         refused = read(secured, group, topic, credentials)
