@@ -41,17 +41,16 @@ from harness.cluster import _Component, cache_dir
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
-    ClusterInfo,
     Credentials,
     RemotingCommand,
     RequestCode,
     ResponseCode,
-    TopicRouteData,
     encode,
     frame_length,
     request,
     sign,
 )
+from mqbalance.rocketmq.route import ClusterInfo, TopicRouteData
 
 DEFAULT_VERSION = "5.3.3"
 """The pinned 5.x release (also in hack/build-rocketmq.sh)."""

@@ -36,15 +36,8 @@ from mqbalance.rocketmq.nameserver import (
     invoke,
     parse_addresses,
 )
-from mqbalance.rocketmq.remoting import (
-    MASTER_ID,
-    Credentials,
-    FrameError,
-    ResponseCode,
-    TopicRouteData,
-    request,
-    sign,
-)
+from mqbalance.rocketmq.remoting import Credentials, FrameError, ResponseCode, request, sign
+from mqbalance.rocketmq.route import MASTER_ID, TopicRouteData
 
 DEFAULT_RATE = 50.0
 """Broker requests a second at most, over every group (bursts of DEFAULT_BURST)."""

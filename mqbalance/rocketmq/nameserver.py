@@ -13,19 +13,16 @@ import random
 from collections.abc import Iterable, Mapping
 
 from mqbalance.rocketmq.remoting import (
-    ClusterInfo,
     FrameError,
     RemotingCommand,
     RequestCode,
     ResponseCode,
-    TopicRouteData,
-    decode_cluster_info,
     decode_payload,
-    decode_topic_route,
     encode,
     frame_length,
     request,
 )
+from mqbalance.rocketmq.route import ClusterInfo, TopicRouteData, decode_cluster_info, decode_topic_route
 
 DEFAULT_TIMEOUT = 3.0
 """Seconds for one request: connect, send and answer (the Java client's default is 3 s)."""

@@ -18,14 +18,13 @@ from mqbalance.rocketmq.remoting import (
     ResponseCode,
     SerializeType,
     decode,
-    decode_cluster_info,
-    decode_topic_route,
     encode,
     frame_length,
     parse_fastjson,
     request,
     sign,
 )
+from mqbalance.rocketmq.route import decode_cluster_info, decode_topic_route
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq"
 VERSIONS = ("5.3.3", "4.9.7")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
-from mqbalance.rocketmq.remoting import TopicRouteData, decode_topic_route
+from mqbalance.rocketmq.route import TopicRouteData, decode_topic_route
 
 # The body a 5.3.3 NameServer answered for a topic made by `mqadmin updateStaticTopic -t st -qn 4`
 # over two brokers (logical queues 1 and 3 on broker-a, 0 and 2 on broker-b).

@@ -16,7 +16,8 @@ from mqbalance.rocketmq.nameserver import (
     TopicNotFound,
     invoke,
 )
-from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, decode_topic_route, request
+from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, request
+from mqbalance.rocketmq.route import decode_topic_route
 from tests.integration.rocketmq.conftest import ZONES
 
 
