@@ -29,9 +29,9 @@ from typing import Any, TypeVar, cast
 
 from harness import demo_report, polling
 from harness.cluster import ClusterError, LocalCluster, free_port
+from harness.demo_common import DemoError, print_sidecar, show_change, step
 from harness.processes import ManagedProcess, OperatorProcess, mqbalance_argv
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
-from mqbalance.model import MessageQueue
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
@@ -43,14 +43,6 @@ ZONES = ("zone-a", "zone-b", "zone-c")
 SIDECAR_POD = f"{GROUP}-0"
 
 T = TypeVar("T")
-
-
-class DemoError(RuntimeError):
-    """A step of the demo did not happen in time; the message says which."""
-
-
-def step(message: str) -> None:
-    print(f"==> {message}", flush=True)
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
@@ -241,29 +233,6 @@ class Demo:
         step(f"kubectl get consumergroups -n {NAMESPACE} -o wide")
         print(self.cluster.kubectl("get", "consumergroups", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
         print()
-
-
-def show_change(before: AssignmentDocument, after: AssignmentDocument, notes: dict[str, str]) -> None:
-    print()
-    print(f"Assignment with {len(after.members)} members:")
-    print(demo_report.assignment_table(after, notes))
-    print()
-    print(f"Moves from generation {before.generation} to {after.generation}:")
-    print(demo_report.moves_table(demo_report.moves(before, after)))
-    print(demo_report.summary(before, after))
-    print()
-
-
-def print_sidecar(view: dict[str, Any]) -> None:
-    queues = [
-        MessageQueue(topic, q["brokerName"], q["queueId"])
-        for topic, items in view["queues"].items()
-        for q in items
-    ]
-    print(
-        f"Sidecar of {view['member']} serves generation {view['generation']} (GET /v1/queues): "
-        f"{view['queueCount']} queue(s) {demo_report.compact_queues(queues)}"
-    )
 
 
 @contextlib.contextmanager

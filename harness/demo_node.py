@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import demo_report, polling
-from harness.demo import DemoError, print_sidecar, show_change, step
+from harness.demo_common import DemoError, print_sidecar, show_change, step
 from harness.node import MAX_NODES, RealNode, default_version, ensure_images, unavailable
 from harness.node_workload import (
     GROUP,
