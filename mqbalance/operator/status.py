@@ -6,6 +6,7 @@ Pure like the reconcile (reconcile.py) that calls it: everything comes in as arg
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from mqbalance.contract import configmap_name
@@ -37,19 +38,8 @@ class Observation(Protocol):
     def generation(self) -> int: ...
 
 
-def set_condition(
-    conditions: list[dict[str, Any]],
-    kind: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: float,
-    observed_generation: int,
-) -> list[dict[str, Any]]:
-    """A ConsumerGroup's conditions with ``kind`` set, in CONDITION_TYPES order."""
-    return _set_condition(
-        conditions, kind, status, reason, message, now, observed_generation, CONDITION_TYPES
-    )
+set_condition = partial(_set_condition, order=CONDITION_TYPES)
+"""A ConsumerGroup's conditions with ``kind`` set, in CONDITION_TYPES order (conditions.set_condition)."""
 
 
 def group_status(
