@@ -100,6 +100,54 @@ class LagFigures:
     """status.lag.recommendedMembers; None until two readings in a row gave rates."""
 
 
+# metric name, help, LagFigures attribute: one series a group, none while the figure is None
+LAG_GAUGES = (
+    (
+        "mqbalance_group_lag",
+        "Messages stored but not yet consumed by the group, over its topics' queues that could be read.",
+        "total",
+    ),
+    (
+        "mqbalance_group_consume_rate",
+        "Messages a second the group committed between its last two offset readings.",
+        "consume_rate",
+    ),
+    (
+        "mqbalance_group_produce_rate",
+        "Messages a second stored in the group's queues between its last two offset readings.",
+        "produce_rate",
+    ),
+    (
+        "mqbalance_group_load_spread",
+        "The busiest member's produce rate over the mean member's in the published assignment (1: even).",
+        "load_spread",
+    ),
+    (
+        "mqbalance_group_recommended_members",
+        "Members the group needs to keep up and drain its backlog (status.lag.recommendedMembers).",
+        "recommended_members",
+    ),
+    (
+        "mqbalance_group_lag_available",
+        "1 when every broker of the group's topics answered the last offset reading, else 0.",
+        "available",
+    ),
+)
+
+
+def _group_families(gauges: Iterable[tuple[str, str, str]]) -> dict[str, GaugeMetricFamily]:
+    """A family labelled by namespace and group for each (metric name, help, attribute), by attribute."""
+    return {attr: GaugeMetricFamily(name, doc, labels=["namespace", "group"]) for name, doc, attr in gauges}
+
+
+def _add_group(families: dict[str, GaugeMetricFamily], namespace: str, group: str, figures: object) -> None:
+    """A group's series in each family: its figure of the family's attribute, unless that is None."""
+    for attr, family in families.items():
+        value = getattr(figures, attr)
+        if value is not None:
+            family.add_metric([namespace, group], float(value))
+
+
 class LagCollector(Collector):
     """Lag per group and per member (bounded by the groups' sizes); per queue only when asked for."""
 
@@ -107,63 +155,24 @@ class LagCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["namespace", "group"]
-        total = GaugeMetricFamily(
-            "mqbalance_group_lag",
-            "Messages stored but not yet consumed by the group, over its topics' queues that could be read.",
-            labels=labels,
-        )
-        consume = GaugeMetricFamily(
-            "mqbalance_group_consume_rate",
-            "Messages a second the group committed between its last two offset readings.",
-            labels=labels,
-        )
-        produce = GaugeMetricFamily(
-            "mqbalance_group_produce_rate",
-            "Messages a second stored in the group's queues between its last two offset readings.",
-            labels=labels,
-        )
-        available = GaugeMetricFamily(
-            "mqbalance_group_lag_available",
-            "1 when every broker of the group's topics answered the last offset reading, else 0.",
-            labels=labels,
-        )
-        spread = GaugeMetricFamily(
-            "mqbalance_group_load_spread",
-            "The busiest member's produce rate over the mean member's in the published assignment (1: even).",
-            labels=labels,
-        )
-        recommended = GaugeMetricFamily(
-            "mqbalance_group_recommended_members",
-            "Members the group needs to keep up and drain its backlog (status.lag.recommendedMembers).",
-            labels=labels,
-        )
+        families = _group_families(LAG_GAUGES)
         member = GaugeMetricFamily(
             "mqbalance_member_lag",
             "Messages not yet consumed in the queues the published assignment gives the member.",
-            labels=[*labels, "member"],
+            labels=["namespace", "group", "member"],
         )
         queue = GaugeMetricFamily(
             "mqbalance_queue_lag",
             "Messages not yet consumed in one queue (only with --lag-queue-metrics).",
-            labels=[*labels, "topic", "broker", "queue"],
+            labels=["namespace", "group", "topic", "broker", "queue"],
         )
         for namespace, group, f in self._source():
-            total.add_metric([namespace, group], float(f.total))
-            available.add_metric([namespace, group], float(f.available))
-            if f.consume_rate is not None:
-                consume.add_metric([namespace, group], f.consume_rate)
-            if f.produce_rate is not None:
-                produce.add_metric([namespace, group], f.produce_rate)
-            if f.load_spread is not None:
-                spread.add_metric([namespace, group], f.load_spread)
-            if f.recommended_members is not None:
-                recommended.add_metric([namespace, group], float(f.recommended_members))
+            _add_group(families, namespace, group, f)
             for name, lag in f.members:
                 member.add_metric([namespace, group, name], float(lag))
             for mq, lag in f.queues:
                 queue.add_metric([namespace, group, mq.topic, mq.broker_name, str(mq.queue_id)], float(lag))
-        yield from (total, consume, produce, spread, recommended, available, member, queue)
+        yield from (*families.values(), member, queue)
 
 
 class GroupCollector(Collector):
@@ -171,13 +180,9 @@ class GroupCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
-        families = {
-            attr: GaugeMetricFamily(name, doc, labels=["namespace", "group"])
-            for name, doc, attr in GROUP_GAUGES
-        }
+        families = _group_families(GROUP_GAUGES)
         for g in self._source():
-            for attr, family in families.items():
-                family.add_metric([g.namespace, g.group], float(getattr(g, attr)))
+            _add_group(families, g.namespace, g.group, g)
         yield from families.values()
 
 
