@@ -163,7 +163,7 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
             try {
                 consumer.seek(e.getKey(), e.getValue());
                 if (offsetStore != null) {
-                    offsetStore.updateOffset(e.getKey(), e.getValue(), false);
+                    offsetStore.updateOffset(consumer.queueWithNamespace(e.getKey()), e.getValue(), false);
                 }
             } catch (MQClientException ex) {
                 LOG.log(Level.WARNING, "could not give back " + e.getKey() + " from offset " + e.getValue()
@@ -226,13 +226,13 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         if (target.isEmpty()) {
             // assign() refuses an empty collection: pause what is assigned instead.
             if (!assigned.isEmpty()) {
-                consumer.pause(assigned);
+                consumer.pause(copies(assigned));
             }
             pausedAll = true;
         } else {
-            consumer.assign(target);
+            consumer.assign(copies(target));
             if (pausedAll) {
-                consumer.resume(target);
+                consumer.resume(copies(target));
                 pausedAll = false;
             }
         }
@@ -271,13 +271,29 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     }
 
     private boolean commit(MessageQueue mq, long next) {
+        // The offset store, and commitSync, take the queue as the broker knows it: with the namespace.
+        MessageQueue stored = consumer.queueWithNamespace(mq);
         if (offsetStore == null) {
-            consumer.commitSync(Collections.singletonMap(mq, next), true);
+            consumer.commitSync(Collections.singletonMap(stored, next), true);
             return true;
         }
         // Exactly what was handed out, and never backwards on the broker.
-        offsetStore.updateOffset(mq, next, true);
-        return offsetStore.commitForward(mq, next);
+        offsetStore.updateOffset(stored, next, true);
+        return offsetStore.commitForward(stored, next);
+    }
+
+    /**
+     * New queue objects for RocketMQ's {@code assign}, {@code pause} and {@code resume}: with a
+     * namespace they rename the queues they are given in place ({@code ClientConfig.queuesWithNamespace}
+     * sets {@code ns%topic} on each), and these are the sidecar's view's and {@link #assigned}'s,
+     * which must keep the names the polled messages carry (without namespace).
+     */
+    private static List<MessageQueue> copies(Collection<MessageQueue> queues) {
+        List<MessageQueue> copies = new ArrayList<>(queues.size());
+        for (MessageQueue mq : queues) {
+            copies.add(new MessageQueue(mq.getTopic(), mq.getBrokerName(), mq.getQueueId()));
+        }
+        return copies;
     }
 
     private static void sleepQuietly(long ms) {

@@ -1,6 +1,8 @@
 package io.mqbalance.rocketmq;
 
 import java.lang.System.Logger.Level;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -56,6 +58,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *
  * <p>Call {@code install} before {@code consumer.start()}. Clustering consumers only for the
  * offset store; broadcasting consumers just get the strategy and the prompt rebalance.
+ *
+ * <p>A 5.x consumer with {@code setClientRebalance(false)} is refused ({@link
+ * #requireClientRebalance}): by {@code install}, or by {@code consumer.start()} when it was set after.
  */
 public final class SidecarPushConsumer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(SidecarPushConsumer.class.getName());
@@ -101,6 +106,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
      */
     public static SidecarPushConsumer install(DefaultMQPushConsumer consumer, SidecarClient sidecar,
         String sidecarGroup) {
+        requireClientRebalance(consumer);
         SidecarWatcher watcher = new SidecarWatcher(sidecar, sidecarGroup);
         SidecarPushConsumer support = new SidecarPushConsumer(consumer, watcher);
         consumer.setAllocateMessageQueueStrategy(support.strategy);
@@ -112,8 +118,12 @@ public final class SidecarPushConsumer implements AutoCloseable {
             // settings cloned now.
             // Checked on the handover thread: removeOffset runs inside RocketMQ's rebalance, which
             // must not wait on an HTTP request to the sidecar.
-            support.store = new SyncOffsetStore(() -> new MasterOffsetStore(clientInstance(consumer),
-                consumer.getConsumerGroup()), mq -> support.checkSettledLater());
+            // Loading it is also the last look at the settings before the consumer runs: a
+            // setClientRebalance(false) made after install fails start() here.
+            support.store = new SyncOffsetStore(() -> {
+                requireClientRebalance(consumer);
+                return new MasterOffsetStore(clientInstance(consumer), consumer.getConsumerGroup());
+            }, mq -> support.checkSettledLater());
             consumer.setOffsetStore(support.store);
             support.track();
         }
@@ -149,6 +159,44 @@ public final class SidecarPushConsumer implements AutoCloseable {
             return;
         }
         tracker = t;
+    }
+
+    /** 5.x's {@code DefaultMQPushConsumer.isClientRebalance()}; null for 4.x, which always rebalances in the client. */
+    private static final Method IS_CLIENT_REBALANCE = findIsClientRebalance();
+
+    private static Method findIsClientRebalance() {
+        try {
+            return DefaultMQPushConsumer.class.getMethod("isClientRebalance");
+        } catch (NoSuchMethodException e) {
+            return null;
+        }
+    }
+
+    /**
+     * Refuses a consumer that does not rebalance in the client. With {@code setClientRebalance(false)}
+     * a 5.x consumer takes its queues from the broker ({@code QueryAssignment}, POP consumption) and
+     * never calls the allocation strategy: the sidecar's assignment would be ignored without a word.
+     * (5.3.3 still rebalances orderly and broadcasting consumers in the client, but RocketMQ marks
+     * orderly POP as to come, so the setting is refused whatever the listener.)
+     *
+     * @throws IllegalStateException saying what to change
+     */
+    static void requireClientRebalance(DefaultMQPushConsumer consumer) {
+        if (IS_CLIENT_REBALANCE == null) {
+            return;
+        }
+        boolean clientRebalance;
+        try {
+            clientRebalance = (Boolean) IS_CLIENT_REBALANCE.invoke(consumer);
+        } catch (IllegalAccessException | InvocationTargetException e) {
+            throw new IllegalStateException("cannot read isClientRebalance() of " + consumer.getConsumerGroup(), e);
+        }
+        if (!clientRebalance) {
+            throw new IllegalStateException("consumer group " + consumer.getConsumerGroup()
+                + " has setClientRebalance(false): RocketMQ then takes its queues from the broker and never "
+                + "asks the allocation strategy, so the mqbalance sidecar's assignment would be ignored. "
+                + "Remove setClientRebalance(false) (the default is true) to use SidecarPushConsumer.");
+        }
     }
 
     /** The client instance the started consumer uses. */

@@ -43,6 +43,9 @@ public final class SyncOffsetStore implements OffsetStore {
      * The store {@code factory} makes when it is first used: RocketMQ's consumer calls
      * {@link #load()} in its {@code start()}, once it has made its client instance (with the
      * consumer's RPCHook and its settings as they are then) and wrapped the group with its namespace.
+     * A factory that throws {@link IllegalStateException} (a configuration it refuses) makes
+     * {@code load()}, and so the consumer's {@code start()}, throw an {@link MQClientException}
+     * with its message.
      */
     public SyncOffsetStore(Supplier<OffsetStore> factory, Consumer<MessageQueue> onReleased) {
         this.factory = factory;
@@ -177,7 +180,15 @@ public final class SyncOffsetStore implements OffsetStore {
 
     @Override
     public void load() throws MQClientException {
-        delegate().load();
+        OffsetStore d;
+        try {
+            d = delegate();
+        } catch (IllegalStateException e) {
+            // The factory refused the consumer's configuration: fail its start() as RocketMQ's own
+            // checks do, with the exception an application already handles there.
+            throw new MQClientException(e.getMessage(), e);
+        }
+        d.load();
     }
 
     @Override

@@ -41,7 +41,7 @@ class MasterSlaveTest {
     }
 
     private long count(String name) {
-        return RocketMQControl.consumedBy(consumed, name);
+        return Messages.consumedBy(consumed, name);
     }
 
     private boolean masterAway;
@@ -120,7 +120,7 @@ class MasterSlaveTest {
             p0.shutdown();
             p1.shutdown();
 
-            assertEquals(Map.of(), RocketMQControl.consumedTwice(consumed), "consumed more than once");
+            assertEquals(Map.of(), Messages.consumedTwice(consumed), "consumed more than once");
             assertEquals(2 * (BEFORE + AFTER), consumed.size(), "offsets consumed: " + new TreeMap<>(consumed));
             assertEquals(2 * BEFORE, count("p0"));
             assertEquals(2 * AFTER, count("p1"));

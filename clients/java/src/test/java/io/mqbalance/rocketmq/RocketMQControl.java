@@ -13,7 +13,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentMap;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -98,9 +97,9 @@ final class RocketMQControl implements AutoCloseable {
 
     /**
      * A push consumer of {@code group} on these servers that records each message it consumes in
-     * {@code consumed} (queue id:offset -> the consumers' names). It learns of a broker that stops or
-     * starts within a second: route and heartbeat every second (RocketMQ's 30 s by default; until a
-     * broker has its heartbeat, pulls are refused as "subscription is not latest").
+     * {@code consumed} ({@link Messages#record}). It learns of a broker that stops or starts within
+     * a second: route and heartbeat every second (RocketMQ's 30 s by default; until a broker has
+     * its heartbeat, pulls are refused as "subscription is not latest").
      */
     DefaultMQPushConsumer pushConsumer(String group, String name, String topic,
         ConcurrentMap<String, List<String>> consumed) throws MQClientException {
@@ -113,28 +112,11 @@ final class RocketMQControl implements AutoCloseable {
         consumer.subscribe(topic, "*");
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
-                consumed.computeIfAbsent(m.getQueueId() + ":" + m.getQueueOffset(),
-                    k -> new CopyOnWriteArrayList<>()).add(name);
+                Messages.record(consumed, name, m);
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         return consumer;
-    }
-
-    /** How many messages {@code name} consumed, by {@link #pushConsumer}'s record. */
-    static long consumedBy(Map<String, List<String>> consumed, String name) {
-        return consumed.values().stream().flatMap(List::stream).filter(name::equals).count();
-    }
-
-    /** The offsets consumed more than once: none when every message was consumed exactly once. */
-    static Map<String, List<String>> consumedTwice(Map<String, List<String>> consumed) {
-        Map<String, List<String>> twice = new java.util.TreeMap<>();
-        consumed.forEach((k, v) -> {
-            if (v.size() > 1) {
-                twice.put(k, v);
-            }
-        });
-        return twice;
     }
 
     /** The offset the broker's master ({@code role} "master") or slave stores for {@code group} (-1: none). */

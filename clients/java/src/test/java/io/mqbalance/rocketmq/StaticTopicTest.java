@@ -92,7 +92,7 @@ class StaticTopicTest {
             p0.shutdown();
             p1.shutdown();
             assertTrue(p0.handedOver() >= 1, "p0 handed logical queue 1 over");
-            assertEquals(Map.of(), RocketMQControl.consumedTwice(consumed), "consumed more than once");
+            assertEquals(Map.of(), Messages.consumedTwice(consumed), "consumed more than once");
             assertEquals(5 * PER_QUEUE, consumed.size());
         }
     }

@@ -53,6 +53,8 @@ final class TestEnv {
     static final String NAMESPACE = "mqb-ns";
     static final String NS_TOPIC = "acl-ns";
     static final String NS_GROUP = "acl-ns-group";
+    static final String NS_PULL_TOPIC = "acl-ns-pull";
+    static final String NS_PULL_GROUP = "acl-ns-pull-group";
 
     private static TestEnv instance;
 
@@ -81,7 +83,8 @@ final class TestEnv {
             "--acl-version", clientRelease(),
             "--acl-topic", ACL_PUSH_TOPIC + ":" + QUEUES, "--acl-topic", ACL_PULL_TOPIC + ":" + QUEUES,
             "--acl-topic", ACL_HANDOVER_TOPIC + ":" + QUEUES, "--acl-topic", NAMESPACE + "%" + NS_TOPIC + ":" + QUEUES,
-            "--group", ACL_PULL_GROUP, "--group", ACL_HANDOVER_GROUP, "--group", NS_GROUP,
+            "--acl-topic", NAMESPACE + "%" + NS_PULL_TOPIC + ":" + QUEUES,
+            "--group", ACL_PULL_GROUP, "--group", ACL_HANDOVER_GROUP, "--group", NS_GROUP, "--group", NS_PULL_GROUP,
             "--pods", "p0,p1"));
         ProcessBuilder builder = new ProcessBuilder(argv).directory(repo.toFile())
             .redirectError(ProcessBuilder.Redirect.INHERIT);
