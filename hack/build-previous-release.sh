@@ -52,7 +52,8 @@ git -C "$REPO" archive "$COMMIT" | tar -x -C "$tree"
 # Its release.sh runs the tools of its own .venv (python -m build, cyclonedx-py): this tree's serve.
 ln -s "$REPO/.venv" "$tree/.venv"
 log "release $VERSION from $COMMIT: its hack/release.sh --no-image"
-MQBALANCE_DIST="$DIST.tmp" bash "$tree/hack/release.sh" --no-image
+# From inside its tree: a release.sh may read pyproject.toml before it changes directory.
+(cd "$tree" && MQBALANCE_DIST="$DIST.tmp" bash hack/release.sh --no-image)
 log "release $VERSION: its image"
 bash "$REPO/hack/build-images.sh" --release-from "$tree" "docker.io/mqbalance/mqbalance:$VERSION" \
   "$DIST.tmp/mqbalance-image-$VERSION.oci.tar" >/dev/null
