@@ -20,15 +20,19 @@ public final class QueuesView {
         new java.util.concurrent.ConcurrentHashMap<>();
     /** {@code grant.validForMs} of the answer, or -1 when it carried no grant (handover Off). */
     private final long validForMs;
-    /** {@link System#nanoTime()} when the answer was received: the grant counts from here. */
-    private final long receivedNanos;
+    /**
+     * {@link System#nanoTime()} just before the request was sent: the grant counts from here. The
+     * sidecar answered later, so counting from the send never grants more than it meant, even when
+     * the answer waited in the socket while this process was paused.
+     */
+    private final long sentNanos;
 
     QueuesView(String group, String member, long generation, boolean isMember, Map<String, Set<MessageQueue>> queues) {
         this(group, member, generation, isMember, queues, false, -1, System.nanoTime());
     }
 
     QueuesView(String group, String member, long generation, boolean isMember, Map<String, Set<MessageQueue>> queues,
-        boolean fenced, long validForMs, long receivedNanos) {
+        boolean fenced, long validForMs, long sentNanos) {
         this.group = group;
         this.member = member;
         this.generation = generation;
@@ -36,16 +40,17 @@ public final class QueuesView {
         this.queues = Collections.unmodifiableMap(queues);
         this.fenced = fenced;
         this.validForMs = validForMs;
-        this.receivedNanos = receivedNanos;
+        this.sentNanos = sentNanos;
     }
 
+    /** As if the request had been sent now. */
     static QueuesView fromJson(Map<String, Object> doc) {
         return fromJson(doc, System.nanoTime());
     }
 
-    /** {@code receivedNanos}: when the answer arrived, on {@link System#nanoTime()}. */
+    /** {@code sentNanos}: when the request was sent, on {@link System#nanoTime()}. */
     @SuppressWarnings("unchecked")
-    static QueuesView fromJson(Map<String, Object> doc, long receivedNanos) {
+    static QueuesView fromJson(Map<String, Object> doc, long sentNanos) {
         Map<String, Set<MessageQueue>> byTopic = new LinkedHashMap<>();
         Object rawQueues = doc.get("queues");
         if (!(rawQueues instanceof Map)) {
@@ -71,7 +76,7 @@ public final class QueuesView {
             byTopic,
             Boolean.TRUE.equals(doc.get("fenced")),
             validForMs(doc.get("grant")),
-            receivedNanos);
+            sentNanos);
     }
 
     private static long validForMs(Object grant) {
@@ -121,7 +126,7 @@ public final class QueuesView {
     /**
      * Whether this pod may still process the queues of this answer: not fenced, and, with a grant,
      * {@code validForMs} not yet run out on this JVM's monotonic clock, counted from when the
-     * answer was received.
+     * request was sent (not when the answer was read: an answer read late grants no more).
      */
     public boolean grantValid() {
         return grantValidAt(System.nanoTime());
@@ -144,11 +149,12 @@ public final class QueuesView {
 
     /** When the grant runs out, on {@link System#nanoTime()}; meaningful with a grant only. */
     long grantDeadlineNanos() {
-        return receivedNanos + validForMs * 1_000_000L;
+        return sentNanos + validForMs * 1_000_000L;
     }
 
-    long receivedNanos() {
-        return receivedNanos;
+    /** {@link System#nanoTime()} just before the request of this answer was sent. */
+    long sentNanos() {
+        return sentNanos;
     }
 
     /** Same generation, queues and fence: the grant's term alone may differ. */

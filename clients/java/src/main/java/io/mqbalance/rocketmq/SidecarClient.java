@@ -64,19 +64,25 @@ public class SidecarClient {
         return fromEnvironment == null || fromEnvironment.isBlank() ? DEFAULT_URL : fromEnvironment.strip();
     }
 
-    /** This pod's queues now ({@code GET /v1/queues}); 503 before the first assignment. */
+    /**
+     * This pod's queues now ({@code GET /v1/queues}); 503 before the first assignment. The answer's
+     * grant counts from just before the request was sent ({@link QueuesView#grantValid()}).
+     */
     public QueuesView queues(String group) throws SidecarException {
-        return QueuesView.fromJson(get("/v1/queues" + groupQuery(group, '?'), requestTimeout));
+        long sentNanos = System.nanoTime();
+        return QueuesView.fromJson(get("/v1/queues" + groupQuery(group, '?'), requestTimeout), sentNanos);
     }
 
     /**
      * Long-poll: answers as soon as the served generation differs from {@code after}, or with the
-     * unchanged view after {@code timeout} (compare {@link QueuesView#generation()}).
+     * unchanged view after {@code timeout} (compare {@link QueuesView#generation()}). As with
+     * {@link #queues}, the answer's grant counts from just before the request was sent.
      */
     public QueuesView waitForChange(String group, long after, Duration timeout) throws SidecarException {
         long seconds = Math.max(1, timeout.getSeconds());
         String path = "/v1/queues?after=" + after + "&timeout=" + seconds + groupQuery(group, '&');
-        return QueuesView.fromJson(get(path, timeout.plus(requestTimeout)));
+        long sentNanos = System.nanoTime();
+        return QueuesView.fromJson(get(path, timeout.plus(requestTimeout)), sentNanos);
     }
 
     /** Producer queue selection ({@code POST /v1/topics/{topic}/select}). */

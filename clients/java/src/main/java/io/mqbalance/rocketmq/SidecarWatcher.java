@@ -208,10 +208,19 @@ public final class SidecarWatcher implements AutoCloseable {
         return atLeast.compareTo(pollTimeout) < 0 ? atLeast : pollTimeout;
     }
 
+    /**
+     * Keep {@code next} unless the answer kept was asked for later: a refresh ({@link #awaitGrant},
+     * {@link #currentOrFetch}) may race the long-poll. Answers are ordered by when their requests
+     * were sent, the time their grants count from: an answer to an earlier request (a long-poll's
+     * answer read late, after the process was paused) never replaces a later one with older queues.
+     * When the answer dropped is the newer one (a long-poll sent earlier that returned a new
+     * generation), the next long-poll, asked after the generation kept, returns it at once; the
+     * grant kept meanwhile is the sidecar's own, counted from its request's send.
+     */
     synchronized void accept(QueuesView next) {
         QueuesView view = current;
-        if (view != null && next.receivedNanos() - view.receivedNanos() < 0) {
-            return; // an older answer than the one kept (a refresh raced the long-poll)
+        if (view != null && next.sentNanos() - view.sentNanos() < 0) {
+            return; // asked for before the answer kept (a refresh raced the long-poll)
         }
         current = next; // the newest grant, even when the assignment is unchanged
         synchronized (grantMonitor) {

@@ -109,12 +109,12 @@ class ConsumeTrackerTest {
         return out;
     }
 
-    private static QueuesView view(boolean fenced, long validForMs, long receivedNanos) {
-        return new QueuesView("g", "p0", 1, true, Map.of("t", Set.of(MQ)), fenced, validForMs, receivedNanos);
+    private static QueuesView view(boolean fenced, long validForMs, long sentNanos) {
+        return new QueuesView("g", "p0", 1, true, Map.of("t", Set.of(MQ)), fenced, validForMs, sentNanos);
     }
 
     @Test
-    void grantCountsFromWhenTheAnswerArrived() {
+    void grantCountsFromTheGivenSendTime() {
         QueuesView parsed = QueuesView.fromJson(Json.parseObject(
             "{\"group\":\"g\",\"member\":\"p0\",\"generation\":3,\"isMember\":true,\"queues\":{\"t\":[]},"
                 + "\"fenced\":false,\"grant\":{\"validForMs\":4000}}"), 1_000_000_000L);

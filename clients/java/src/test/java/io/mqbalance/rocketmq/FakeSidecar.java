@@ -44,6 +44,8 @@ final class FakeSidecar implements AutoCloseable {
     private boolean fenced;
     private long validForMs = -1;
     private boolean silent;
+    private long delayMs;
+    private int answers;
 
     FakeSidecar(String group, String member) throws IOException {
         this.group = group;
@@ -95,6 +97,19 @@ final class FakeSidecar implements AutoCloseable {
         notifyAll();
     }
 
+    /**
+     * Hold each {@code GET /v1/queues} answer decided from now on for {@code ms} before sending it,
+     * as a slow network or a paused client would: its grant was meant from when it was decided.
+     */
+    synchronized void delay(long ms) {
+        delayMs = ms;
+    }
+
+    /** How many {@code GET /v1/queues} answers have been decided (sent or still held). */
+    synchronized int answers() {
+        return answers;
+    }
+
     List<Release> releases() {
         return releases;
     }
@@ -134,6 +149,7 @@ final class FakeSidecar implements AutoCloseable {
             }
         }
         String body;
+        long holdMs;
         synchronized (this) {
             // A long-poll answers at a new generation, a change of the fence, or its timeout.
             long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
@@ -151,6 +167,15 @@ final class FakeSidecar implements AutoCloseable {
                 }
             }
             body = silent ? null : view();
+            holdMs = delayMs;
+            answers++;
+        }
+        if (holdMs > 0) {
+            try {
+                Thread.sleep(holdMs);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
         }
         if (body == null) {
             respond(exchange, 503, "{\"error\":\"silent\",\"status\":503}");

@@ -14,6 +14,7 @@ import java.util.TreeMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -125,11 +126,18 @@ class GrantTest {
                 TestEnv.await("the whole backlog", Duration.ofSeconds(60), () -> log.size() >= 300,
                     () -> "consumed " + log.size());
 
-                // Fenced: the answer withholds the queues, and nothing more starts once it is read.
+                // Fenced: the answer withholds the queues, and nothing more starts once it is read
+                // (its grant counts from its request, which the long-poll may have sent long before).
+                AtomicLong fencedRead = new AtomicLong();
+                support.watcher().onChange(view -> {
+                    if (view.fenced()) {
+                        fencedRead.compareAndSet(0, System.nanoTime());
+                    }
+                });
                 sidecar.fence();
                 TestEnv.await("the fence to be seen", Duration.ofSeconds(30),
-                    () -> support.watcher().current().fenced());
-                long fencedAt = support.watcher().current().receivedNanos();
+                    () -> support.watcher().current().fenced() && fencedRead.get() != 0);
+                long fencedAt = fencedRead.get();
                 messages.sendTo(mq, "fenced", 50);
                 TestEnv.await("the queues to be let go", Duration.ofSeconds(30),
                     () -> support.heldQueues().isEmpty() && support.settlingQueues().isEmpty());
