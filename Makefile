@@ -105,8 +105,14 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# pytest-xdist workers for the suites that wait on a cluster (0: one process). Most integration tests
+# wait on events, so two workers on two cores nearly halve the time; tests/conftest.py keeps the
+# tests that share RocketMQ, the Java oracle or the Spark session on one worker each.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
+
 test: venv control-plane java-oracle rocketmq browser kwok lint
-	MQBALANCE_K8S_VERSION=current $(BIN)/pytest
+	MQBALANCE_K8S_VERSION=current $(BIN)/pytest $(PYTEST_PARALLEL)
 	$(MAKE) java-test
 
 # The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
@@ -115,7 +121,7 @@ java-test: venv control-plane rocketmq
 	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none -P rocketmq4 test
 
 test-k8s-1.20: venv control-plane-1.20
-	MQBALANCE_K8S_VERSION=1.20 $(BIN)/pytest tests/integration
+	MQBALANCE_K8S_VERSION=1.20 $(BIN)/pytest $(PYTEST_PARALLEL) tests/integration
 
 test-unit: venv
 	$(BIN)/pytest tests/unit

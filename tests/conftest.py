@@ -23,6 +23,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Under pytest-xdist (`make test` runs two workers with --dist loadscope), the tests that share a
+# costly session fixture run on one worker, so that it starts once; every other file is a scope of
+# its own, so its module fixtures (an operator, a sidecar, a release build) start once too.
+SHARED_SCOPES = {
+    "tests/integration/rocketmq/": "rocketmq",  # RocketMQ's NameServer and two brokers: three JVMs
+    "tests/oracle/": "java-oracle",  # RocketMQ's own client classes in a JVM
+    "tests/spark/": "spark",  # the Spark session
+    "tests/integration/operator/test_journal_replay.py": "spark",
+}
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work a test goes to a worker in: its shared scope, else its file."""
+    for prefix, scope in SHARED_SCOPES.items():
+        if nodeid.startswith(prefix):
+            return scope
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with the scopes above (pytest-xdist's own ``loadgroup`` marks do not
+    reach its scheduler under pytest 9)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--run-slow"):
         return

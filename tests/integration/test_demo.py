@@ -61,9 +61,16 @@ def test_demo_lists_the_moves_and_they_add_up(demo_output: str) -> None:
         moved = int(re.search(r"(\d+) queue\(s\) moved", summary)[1])  # type: ignore[index]
         minimum = int(re.search(r"allows is (\d+)", summary)[1])  # type: ignore[index]
         assert len(moves) == moved
-        assert moved == minimum  # STICKY moves exactly the minimum
-    # Scaling down deleted orders-consumer-1: exactly its queues moved, to the remaining pods.
-    assert {row.split()[1] for row in scale_down[1:-1]} == {"orders-consumer-1"}
+        # The minimum is that of any balanced assignment, zones aside: the example group's zoneAffinity
+        # may move more to keep queues in their broker's zone, and how many depends on whether the
+        # operator saw the two new pods in one generation or two (debounceSeconds: 0). STICKY's exact
+        # minimum, with and without zones, is the property tests' (tests/unit/test_sticky*.py).
+        assert minimum <= moved
+    # Scaling down deleted orders-consumer-1: every queue it held moved (forced), to the remaining pods.
+    forced = int(re.search(r"\((\d+) forced", scale_down[-1])[1])  # type: ignore[index]
+    from_gone = [row for row in scale_down[1:-1] if row.split()[1] == "orders-consumer-1"]
+    assert forced == len(from_gone) > 0
+    assert all(row.split()[2] != "orders-consumer-1" for row in scale_down[1:-1])
     # Scaling up: queues moved only to the new pods.
     assert {row.split()[2] for row in scale_up[1:-1]} <= {"orders-consumer-3", "orders-consumer-4"}
 

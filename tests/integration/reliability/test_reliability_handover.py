@@ -248,6 +248,13 @@ class HandoverRig(Rig):
     def document(self) -> AssignmentDocument:
         return document(self.api, self.namespace)
 
+    def stop_operator(self, op: OperatorProcess) -> None:
+        """Stop ``op`` once the status describes the last published generation: the operator writes
+        the status after the ConfigMap, so a stop in between would leave the status behind for good
+        and :meth:`check_clean` waiting for it."""
+        status_for(self.api, self.namespace, GROUP, self.document().generation)
+        op.stop()
+
     def check_clean(self, op: OperatorProcess, rounds: int, max_outages: int = 0) -> dict[str, int]:
         """Every generation checked, by the watcher and across each consecutive two; at least the
         ones the test caused: the first assignment, and per round the revoking generation and the
@@ -341,7 +348,7 @@ def operator_kill_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, 
         rig.settled(queues)
         if what == "leave":
             fleet.finish_leaving(pod)
-    op.stop()
+    rig.stop_operator(op)
     figures = rig.check_clean(op, rounds)
     return {"kills": kills, "rounds": rounds, **figures}
 
@@ -373,7 +380,7 @@ def apiserver_rounds(rig: HandoverRig, cluster: LocalCluster, rounds: int, seed:
         if what == "leave":
             fleet.finish_leaving(pod)
         assert op.alive, f"the operator died:\n{op.tail()}"
-    op.stop()
+    rig.stop_operator(op)
     # A restart breaks the watch once (refused until the new API server listens), or twice when
     # the stopping server still answered a new watch request before it went.
     figures = rig.check_clean(op, rounds, max_outages=2 * restarts)
@@ -419,7 +426,7 @@ def owner_death_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, in
             fleet.start_leaving(leaving)
             rig.settled(queues)
             fleet.finish_leaving(leaving)
-    op.stop()
+    rig.stop_operator(op)
     figures = rig.check_clean(op, rounds)
     return {"deaths": deaths, **figures}
 

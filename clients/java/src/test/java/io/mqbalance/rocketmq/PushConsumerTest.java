@@ -61,6 +61,7 @@ class PushConsumerTest {
             assertEquals(new TreeSet<>(gen1), queuesOf(received), "queues consumed under generation 1");
             assertEquals(6, received.size());
 
+            long triggered = mqbalance.rebalancesTriggered();
             long published = System.nanoTime();
             env.publish(PUSH_GROUP, 2, Map.of("p0", gen2, "p1", minus(ALL, gen2)));
             TestEnv.await("the consumer to hold generation 2", Duration.ofSeconds(30),
@@ -68,7 +69,9 @@ class PushConsumerTest {
             double seconds = (System.nanoTime() - published) / 1e9;
             // The sidecar reads the file every 2 s; RocketMQ's own timer would take up to 20 s.
             assertTrue(seconds < 10, "rebalanced " + seconds + " s after publishing: the wake-up did not work");
-            assertTrue(mqbalance.rebalancesTriggered() >= 2);
+            // Generation 1's wake-up may come before consumer.start() made the client instance (then
+            // there is nothing to wake and nothing is counted): count generation 2's only.
+            assertTrue(mqbalance.rebalancesTriggered() > triggered, "generation 2 woke no rebalance");
 
             // Released once it held exactly generation 2's queues: acknowledged by a sidecar with
             // /v1/release, or found not supported (404) by one without, and the consumer carries on.
