@@ -143,6 +143,7 @@ class GroupReconciler:
             loads=state.rates,
             load_state=state.load_state if fresh else state.load_base,
             load_target=state.load_target,
+            leases=self.world.member_leases(state),
         )
         computing = time.perf_counter()
         outcome = reconcile(observed)
@@ -186,6 +187,9 @@ class GroupReconciler:
             self.metrics.observe_handover(outcome.handover)
         if outcome.wake_at is not None:  # a release may time out then
             self.world.queue.add_after(("group", ns, name), max(0.0, outcome.wake_at - self.clock()))
+        if outcome.lease_wake_at is not None:  # a member Lease may lapse, or have been silent enough, then
+            delay = outcome.lease_wake_at - self.world.monotonic()
+            self.world.queue.add_after(("group", ns, name), max(0.0, delay))
         return outcome
 
     def _alive(self, namespace: str, document: AssignmentDocument | None) -> Alive:
