@@ -196,8 +196,13 @@ def step(
         for owner, queues in sorted(revoking.items())
     ]
     wake = [spec.expired_at(r.since) if r.owner in departed else spec.override_at(r.since) for r in releasing]
+    # Only Leases not yet silent long enough: one that is waits for the wall-clock floor (``wake``).
     lease_wake = (
-        [leases.quiet_from(r.owner) + silence for r in releasing if r.owner in departed]
+        [
+            at
+            for r in releasing
+            if r.owner in departed and (at := leases.quiet_from(r.owner) + silence) > leases.now
+        ]
         if leases is not None
         else []
     )

@@ -239,6 +239,7 @@ def test_a_departed_member_without_a_lease_waits_the_floor_and_a_deleted_one_its
     floor = step(document, target, spec=SPEC, acks={}, alive=alive, generation=3, now=105.99, leases=never)
     assert floor.gone == 0
     assert floor.wake_at == 106.0
+    assert floor.lease_wake_at is None, "silent long enough already: only the floor is waited for"
     gone = step(document, target, spec=SPEC, acks={}, alive=alive, generation=3, now=106.0, leases=never)
     assert gone.gone == 2
     # Seen deleted a moment ago (the garbage collector removes a deleted pod's Lease; a sidecar that
