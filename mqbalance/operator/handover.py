@@ -195,7 +195,9 @@ def step(
         Release(owner, generation, now, tuple(sort_queues(queues)))
         for owner, queues in sorted(revoking.items())
     ]
-    wake = [spec.expired_at(r.since) if r.owner in departed else spec.override_at(r.since) for r in releasing]
+    # A departed owner past the floor waits for its Lease's silence only (``lease_wake``).
+    wake = [spec.override_at(r.since) for r in releasing if r.owner not in departed]
+    wake += [at for r in releasing if r.owner in departed and (at := spec.expired_at(r.since)) > now]
     # Only Leases not yet silent long enough: one that is waits for the wall-clock floor (``wake``).
     lease_wake = (
         [

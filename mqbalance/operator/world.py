@@ -250,6 +250,18 @@ class World:
             if holder in state.lapsed or (first and holder in state.pods):
                 self.enqueue(state)
 
+    def lease_read(self, namespace: str, name: str, record: LeaseRecord | None) -> bool:
+        """A member Lease as just read from the API server (``None``: there is none); whether it
+        shows a change the watch has not delivered yet (then it counts as seen changing now)."""
+        if self.leases is None:
+            return False
+        if record is None:
+            if not self.leases.known(namespace, name):
+                return False
+            self.leases.deleted(namespace, name, self.monotonic())
+            return True
+        return self.leases.seen(namespace, name, record, self.monotonic()) is not None
+
     def member_leases(self, state: GroupState) -> MemberLeases | None:
         """The group's namespace's member Leases for one reconcile (None when not watched)."""
         if self.leases is None:

@@ -215,6 +215,7 @@ def test_a_departed_member_that_still_renews_is_not_handed_on() -> None:
     assert held.topics == {"t": {"c": (Q[2], Q[3])}}, "its sidecar still renews: it still serves"
     assert held.releasing == document.releasing
     assert held.lease_wake_at == 5059.5 + LEASE + MARGIN
+    assert held.wake_at is None, "past the floor: no wake-up on the wall clock (it would come at once)"
     # Its renewals stop: handed on once silent for lease + margin on our clock, not sooner.
     almost = replace(renewing, now=5059.5 + LEASE + MARGIN - 0.01)
     waiting = step(document, target, spec=SPEC, acks={}, alive=alive, generation=3, now=late, leases=almost)

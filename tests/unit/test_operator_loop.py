@@ -680,3 +680,41 @@ async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_an
         renew("p1")
         await h.settle()
         assert set(h.journal.records[-1].members) == {"p1", "p2"}
+
+
+async def test_a_departed_owner_is_held_when_the_api_server_shows_a_renewal_the_watch_has_not_brought() -> (
+    None
+):
+    handover = {"mode": "Release", "releaseTimeoutSeconds": 1, "leaseSeconds": 4, "renewSeconds": 1}
+    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={**handover, "leaseMarginSeconds": 2})
+    async with Harness() as h:
+        c = h.controller
+        c.leases = LeaseTable()
+        c.monotonic = lambda: h.timer.time
+        await start(h, body, [pod("p1"), pod("p2")])
+        for name in ("p1", "p2"):
+            c.on_lease((NS, member_lease_name(name)), None, member_lease(name, 0.0))
+        await h.settle()
+        c.on_pod((NS, "p1"), pod("p1"), None)  # force-deleted: departed, its sidecar may still run
+        await h.settle()
+        revoked = h.journal.records[-1]
+        assert [r.owner for r in revoked.releasing] == ["p1"]
+        # The watch brings nothing more of p1's Lease, but the API server has a later renewal.
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+        spec = {"holderIdentity": "p1", "renewTime": "later"}
+        h.api.objects[path] = {"items": [{"metadata": {"uid": "u-p1", "resourceVersion": "9"}, "spec": spec}]}
+
+        async def run(seconds: int) -> None:  # p2 renews every second; the watch brings no more of p1's
+            for _ in range(seconds):
+                h.timer.advance(1.0)
+                c.on_lease((NS, member_lease_name("p2")), None, member_lease("p2", h.timer.time))
+                await h.settle()
+
+        await run(6)  # lease + margin after the revocation, and of silence on the watch
+        assert h.journal.records[-1] is revoked, "the fresh read shows a renewal: not handed on"
+        await run(5)
+        assert h.journal.records[-1] is revoked
+        await run(1)  # silent for lease + margin since that renewal was seen
+        moved = h.journal.records[-1]
+        assert moved.releasing == ()
+        assert set(moved.members) == {"p2"}

@@ -334,6 +334,7 @@ def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_i
         assert set(release.queues) == held
         # Held well past the floor (lease + margin after the revocation) while it renews.
         hold_until = release.since + LEASE + MARGIN + 3.0
+        reconciles = testbed.operator.metric("mqbalance_reconciles_total", result="unchanged")
         renewals = set()
         while time.time() < hold_until:
             doc = read_document(api, ns, group)
@@ -344,6 +345,9 @@ def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_i
             assert sidecars[gone].client.queues().get("fenced") is False, "it renews: not fenced"
             time.sleep(0.1)
         assert len(renewals) >= 3, f"its sidecar renewed {len(renewals)} times while held"
+        # Reconciled again only when a Lease could lapse (about every lease - renew seconds), not in a loop.
+        waited = testbed.operator.metric("mqbalance_reconciles_total", result="unchanged") - reconciles
+        assert waited <= 2 * (hold_until - release.since), f"{waited:g} reconciles while it was held"
 
         # Its renewals stop (cut off from the API server): handed on once its Lease has been silent
         # for lease + margin on the operator's clock, not sooner.
