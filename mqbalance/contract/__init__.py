@@ -26,10 +26,12 @@ from mqbalance.contract.names import (
     GROUP_LABEL,
     MANAGED_BY,
     MAX_GROUP_NAME,
+    MEMBER_LEASE_LABEL,
     TOPIC_KIND,
     TOPICS,
     VERSION,
     custom_path,
+    member_lease_name,
 )
 from mqbalance.contract.releases import Ack, decode_acks, releases_configmap_name
 from mqbalance.contract.strategy import read_strategy, write_strategy
@@ -55,6 +57,7 @@ __all__ = [
     "GROUP_LABEL",
     "MANAGED_BY",
     "MAX_GROUP_NAME",
+    "MEMBER_LEASE_LABEL",
     "TOPICS",
     "TOPIC_KIND",
     "VERSION",
@@ -74,6 +77,7 @@ __all__ = [
     "decode_acks",
     "decode_queue_map",
     "encode_queue_map",
+    "member_lease_name",
     "read_handover",
     "read_name_server",
     "read_strategy",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 GROUP = "mqbalance.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -18,6 +20,10 @@ GENERATION_ANNOTATION = "mqbalance.io/generation"
 """Annotation on the assignment ConfigMap: the generation it holds."""
 MAX_GROUP_NAME = 63
 """Longest ConsumerGroup resource name: it is a label value on the group's ConfigMaps."""
+MEMBER_LEASE_LABEL = ("mqbalance.io/member", "true")
+"""Label (key, value) on every member Lease a sidecar renews (time-bounded ownership)."""
+MEMBER_LEASE_SUFFIX = "-mqbalance-member"
+MAX_NAME = 253
 
 
 def custom_path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
@@ -29,3 +35,13 @@ def custom_path(plural: str, namespace: str | None = None, name: str | None = No
     if name is not None:
         path += f"/{name}"
     return path
+
+
+def member_lease_name(pod: str) -> str:
+    """The coordination.k8s.io Lease a pod's sidecar renews, in the pod's namespace:
+    ``<pod>-mqbalance-member``; a pod name too long for that keeps its start and a hash of the whole."""
+    name = pod + MEMBER_LEASE_SUFFIX
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(pod.encode()).hexdigest()[:10]
+    return f"{pod[: MAX_NAME - len(MEMBER_LEASE_SUFFIX) - 11]}-{digest}{MEMBER_LEASE_SUFFIX}"

@@ -21,6 +21,7 @@ from mqbalance.contract import (
     HandoverMode,
     configmap_name,
     decode_acks,
+    member_lease_name,
     releases_configmap_name,
 )
 from mqbalance.kube import ApiError, Conflict
@@ -28,6 +29,7 @@ from mqbalance.operator.conditions import set_condition
 from mqbalance.operator.handover import Alive
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.lagpoll import LAG_CONDITION, without_time
+from mqbalance.operator.leases import lease_record
 from mqbalance.operator.metrics import LagFigures, OperatorMetrics
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
 from mqbalance.operator.spec import selector_or_none
@@ -143,10 +145,15 @@ class GroupReconciler:
             loads=state.rates,
             load_state=state.load_state if fresh else state.load_base,
             load_target=state.load_target,
+            leases=self.world.member_leases(state),
         )
         computing = time.perf_counter()
         outcome = reconcile(observed)
         compute_seconds = time.perf_counter() - computing
+        if await self._lease_renewed_meanwhile(ns, previous, observed, outcome):
+            # The watch lagged: judge again with what the API server says.
+            observed = replace(observed, leases=self.world.member_leases(state))
+            outcome = reconcile(observed)
         self.world.remember(state, outcome, pods, spec)
         handover = outcome.spec is not None and outcome.spec.handover.mode is not HandoverMode.OFF
         if handover and not releases and not state.releases_made:
@@ -186,7 +193,28 @@ class GroupReconciler:
             self.metrics.observe_handover(outcome.handover)
         if outcome.wake_at is not None:  # a release may time out then
             self.world.queue.add_after(("group", ns, name), max(0.0, outcome.wake_at - self.clock()))
+        if outcome.lease_wake_at is not None:  # a member Lease may lapse, or have been silent enough, then
+            delay = outcome.lease_wake_at - self.world.monotonic()
+            self.world.queue.add_after(("group", ns, name), max(0.0, delay))
         return outcome
+
+    async def _lease_renewed_meanwhile(
+        self, namespace: str, previous: AssignmentDocument | None, observed: Observed, outcome: Outcome
+    ) -> bool:
+        """Before a departed owner's queues are handed on for its silent Lease, read its Lease from
+        the API server: a renewal the watch has not delivered yet must hold them back. Whether any
+        departed owner's Lease changed."""
+        handover = outcome.handover
+        if handover is None or not handover.gone or observed.leases is None or previous is None:
+            return False
+        departed = observed.alive.departed if isinstance(observed.alive, Alive) else frozenset()
+        owners = sorted({r.owner for r in previous.releasing if r.owner in departed})
+        changed = False
+        for owner in owners:
+            name = member_lease_name(owner)
+            lease = await self.writer.read_lease(namespace, name)
+            changed |= self.world.lease_read(namespace, name, lease_record(lease) if lease else None)
+        return changed
 
     def _alive(self, namespace: str, document: AssignmentDocument | None) -> Alive:
         """The previous document's members and releasing owners whose pods exist and have not

@@ -23,7 +23,10 @@ revocation, whatever the release timeout says: by then an owner cut off from the
 has fenced itself (the margin covers the drift between its clock and ours). An owner whose pod
 object is gone (deleted, even force-deleted, its containers perhaps still running on an
 unreachable node) is *departed*, not finished: its queues are revoked like any other and handed
-on at that same bound (or at its acknowledgement), never at once.
+on at that same bound (or at its acknowledgement), never at once; and, where the operator watches
+the member Leases (``leases``), only once its Lease has not changed for ``leaseSeconds +
+leaseMarginSeconds`` on the operator's own monotonic clock: a force-deleted pod whose sidecar still
+reaches the API server keeps renewing, so it still serves (leases.py).
 
 Everything here is pure: the published document carries the revocations (with their
 generation and time), the acknowledgements come from the releases ConfigMap, the clock
@@ -39,6 +42,7 @@ from typing import Any
 
 from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSpec, Release
 from mqbalance.model import Assignment, MessageQueue, sort_queues
+from mqbalance.operator.leases import MemberLeases
 
 
 class Alive(frozenset[str]):
@@ -80,6 +84,8 @@ class Step:
     """How long each finished revocation (acknowledged, gone or overridden) was pending, seconds."""
     wake_at: float | None = None
     """When a pending revocation may be overridden: reconcile again then."""
+    lease_wake_at: float | None = None
+    """Monotonic time at which a departed owner's Lease will have been silent long enough."""
     waiting_for: tuple[str, ...] = field(default=())
     """Owners whose acknowledgement is awaited."""
 
@@ -93,6 +99,7 @@ def step(
     alive: Set[str],
     generation: int,
     now: float,
+    leases: MemberLeases | None = None,
 ) -> Step:
     """From the published document and the strategy's ``target`` to the next generation's share.
 
@@ -100,10 +107,17 @@ def step(
     :class:`Alive` also names the owners that departed (pod object gone, not seen to finish):
     outside Off mode their queues wait for their acknowledgement or :meth:`HandoverSpec.expired_at`.
     ``generation``: the number the next document will carry, should it revoke anything.
+    ``leases``: the member Leases as the operator saw them (None: not watched); a departed owner's
+    queues wait for its Lease to be silent for ``lease + lease_margin`` too.
     """
     held = _holders(published.topics) if published else {}
     latest = published.generation if published else 0
     departed = alive.departed if isinstance(alive, Alive) and spec.leased else frozenset()
+    silence = spec.lease + spec.lease_margin
+
+    def lease_silent(owner: str) -> bool:
+        """Whether a departed owner's Lease has been silent long enough: its sidecar has fenced itself."""
+        return leases is None or leases.quiet_for(owner) >= silence
 
     def released(owner: str, generation: int) -> bool:
         """Whether ``owner`` let go of what ``generation`` revoked from it: it acknowledged that
@@ -155,7 +169,7 @@ def step(
                         outcome["released"] += 1
                         finished[key] = "released"
                     elif release.owner in departed:
-                        if now >= spec.expired_at(release.since):
+                        if now >= spec.expired_at(release.since) and lease_silent(release.owner):
                             topics[topic][member].append(mq)  # its grant has surely expired
                             outcome["gone"] += 1
                             finished[key] = "gone"
@@ -181,7 +195,19 @@ def step(
         Release(owner, generation, now, tuple(sort_queues(queues)))
         for owner, queues in sorted(revoking.items())
     ]
-    wake = [spec.expired_at(r.since) if r.owner in departed else spec.override_at(r.since) for r in releasing]
+    # A departed owner past the floor waits for its Lease's silence only (``lease_wake``).
+    wake = [spec.override_at(r.since) for r in releasing if r.owner not in departed]
+    wake += [at for r in releasing if r.owner in departed and (at := spec.expired_at(r.since)) > now]
+    # Only Leases not yet silent long enough: one that is waits for the wall-clock floor (``wake``).
+    lease_wake = (
+        [
+            at
+            for r in releasing
+            if r.owner in departed and (at := leases.quiet_from(r.owner) + silence) > leases.now
+        ]
+        if leases is not None
+        else []
+    )
     return Step(
         topics={t: {m: tuple(sort_queues(qs)) for m, qs in a.items()} for t, a in topics.items()},
         releasing=tuple(releasing),
@@ -192,6 +218,7 @@ def step(
         overridden_owners=tuple(sorted(overridden_owners)),
         waited=tuple(now - since for (_, _, since) in finished),
         wake_at=min(wake) if wake else None,
+        lease_wake_at=min(lease_wake) if lease_wake else None,
         waiting_for=tuple(sorted({r.owner for r in releasing})),
     )
 

@@ -1,7 +1,8 @@
 """Who is in a consumer group, and in which zone.
 
-A pod is a member while it matches the group's selector, is Running and Ready and
-is not terminating; its consumer id is its name and its zone is its node's zone
+A pod is a member while it matches the group's selector, is Running and Ready, is not
+terminating and, with a leased handover (Release, Orderly), has not let its member Lease lapse
+(leases.py); its consumer id is its name and its zone is its node's zone
 label. A matching pod that is not a member keeps why (a container's waiting reason such
 as CrashLoopBackOff or ImagePullBackOff, a failing readiness probe, its node NotReady),
 for the group's status. These are plain snapshots of the API objects so the reconcile
@@ -17,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mqbalance.model import UNKNOWN_ZONE
+from mqbalance.operator.leases import MemberLeases
 from mqbalance.operator.spec import LabelSelector
 
 
@@ -36,11 +38,14 @@ class PodInfo:
     """Why the pod is not serving, in CamelCase (CrashLoopBackOff, NotReady, NodeNotReady...); "" if it is."""
     message: str = ""
     """The details behind ``reason``, e.g. which container and what the kubelet said."""
+    lease_lapsed: bool = False
+    """Its sidecar's member Lease has not been renewed for leaseSeconds (set by :func:`lease_lapsed`
+    for one reconcile, never by the informer)."""
 
     @property
     def serving(self) -> bool:
-        """Running, Ready and not terminating: able to consume."""
-        return self.running and self.ready and not self.terminating
+        """Running, Ready, not terminating, and renewing its member Lease if it must: able to consume."""
+        return self.running and self.ready and not self.terminating and not self.lease_lapsed
 
 
 MAX_MESSAGE = 200
@@ -98,6 +103,21 @@ def why_not_serving(info: PodInfo, spec: Mapping[str, Any], status: Mapping[str,
     # Ready=False with every container ready and no gate pending: the kubelet never reports
     # that; the node lifecycle controller does, for the pods of a node that stopped reporting.
     return "NodeNotReady", f"node {info.node_name or '?'} is not ready; its pods were marked not Ready"
+
+
+LEASE_LAPSED = "MemberLeaseExpired"
+
+
+def lease_lapsed(pods: Iterable[PodInfo], leases: MemberLeases, lease: float) -> list[PodInfo]:
+    """``pods``, with those that would serve but whose member Lease lapsed (``lease`` seconds
+    without a renewal seen) marked not serving: cut off from the API server, they serve nothing."""
+    out = []
+    for pod in pods:
+        if pod.serving and leases.lapsed(pod.name, lease):
+            message = f"its sidecar has not renewed its member Lease for leaseSeconds ({lease:g}s)"
+            pod = replace(pod, lease_lapsed=True, reason=LEASE_LAPSED, message=message)
+        out.append(pod)
+    return out
 
 
 def not_serving(pods: Iterable[PodInfo], selector: LabelSelector) -> list[PodInfo]:

@@ -13,6 +13,7 @@ from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
 from mqbalance.operator.conditions import condition_status
 from mqbalance.operator.handover import Step
+from mqbalance.operator.leases import MemberLeases
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.spec import GroupSpec
 from mqbalance.quality import Figures
@@ -54,6 +55,10 @@ class Observed:
     load_target: Mapping[str, tuple[MessageQueue, ...]] | None = None
     """STICKY with ``load``: the assignment it last computed (member -> queues of every topic), to
     tell where a queue in a handover is going (the document names only its old owner)."""
+    leases: MemberLeases | None = None
+    """The namespace's member Leases as the operator saw them (None: not watched). Release and
+    Orderly only: a member whose Lease lapsed serves nothing; a departed one is handed on once its
+    Lease has been silent for leaseSeconds + leaseMarginSeconds."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,11 @@ class Outcome:
     """STICKY with ``load`` and rates: the hysteresis state after this sample (None: keep the old)."""
     load_target: Mapping[str, tuple[MessageQueue, ...]] | None = None
     """STICKY with ``load``: the assignment computed (member -> queues), for ``Observed.load_target``."""
+    lease_wake_at: float | None = None
+    """Reconcile again at this *monotonic* time: a member's Lease may lapse, or a departed owner's
+    Lease have been silent long enough, then."""
+    lapsed: tuple[str, ...] = ()
+    """Matching pods left out because their member Lease lapsed (a renewal brings them back)."""
 
     @property
     def invalid(self) -> bool:

@@ -27,6 +27,8 @@ the load balancing in ``load_balance.py``; a spec that cannot be honoured in ``i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mqbalance.contract import (
     AssignmentDocument,
     HandoverMode,
@@ -42,7 +44,7 @@ from mqbalance.operator.conditions import condition_status, rfc3339
 from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.operator.invalid import TopicNotFound, invalid_outcome, subscribed_routes
 from mqbalance.operator.load_balance import balance_by_load
-from mqbalance.operator.membership import members
+from mqbalance.operator.membership import lease_lapsed, members
 from mqbalance.operator.observation import Note, Observed, Outcome
 from mqbalance.operator.spec import parse_group, unknown_config_queues
 from mqbalance.operator.status import group_status, int_field
@@ -58,6 +60,13 @@ def reconcile(obs: Observed) -> Outcome:
         spec = parse_group(obs.name, obs.spec)
     except SpecError as e:
         return invalid_outcome(obs, "InvalidSpec", str(e), {})
+    leases = obs.leases if spec.handover.leased else None
+    lapsed: tuple[str, ...] = ()
+    if leases is not None:
+        # A member whose sidecar stopped renewing (cut off from the API server) serves nothing:
+        # revoked as if it had left, long before its pod turns NotReady.
+        obs = replace(obs, pods=lease_lapsed(obs.pods, leases, spec.handover.lease))
+        lapsed = tuple(p.name for p in obs.pods if p.lease_lapsed and spec.selector.matches(p.labels))
     member_zones = members(obs.pods, spec.selector, obs.node_labels, spec.zone_label)
     try:
         routes = subscribed_routes(obs, spec)
@@ -117,6 +126,7 @@ def reconcile(obs: Observed) -> Outcome:
             alive=obs.alive,
             generation=generation,
             now=obs.now,
+            leases=leases,
         )
         target, topics, releasing = topics, handover.topics, handover.releasing
     else:
@@ -160,6 +170,13 @@ def reconcile(obs: Observed) -> Outcome:
     )
 
     wake_at = handover.wake_at if handover else None
+    # Monotonic: when a member's Lease would lapse unless renewed, or a departed one's be silent enough.
+    lease_wake: list[float] = []
+    if leases is not None:
+        lease_wake += [leases.quiet_from(m) + spec.handover.lease for m in member_zones if leases.seen(m)]
+    if handover is not None and handover.lease_wake_at is not None:
+        lease_wake.append(handover.lease_wake_at)
+    lease_wake_at = min(lease_wake) if lease_wake else None
 
     if not changed:
         assert obs.previous is not None
@@ -184,6 +201,8 @@ def reconcile(obs: Observed) -> Outcome:
             wake_at=wake_at,
             load_state=load_state,
             load_target=load_target,
+            lease_wake_at=lease_wake_at,
+            lapsed=lapsed,
         )
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
@@ -223,4 +242,6 @@ def reconcile(obs: Observed) -> Outcome:
         wake_at,
         load_state,
         load_target,
+        lease_wake_at,
+        lapsed,
     )

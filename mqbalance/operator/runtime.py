@@ -5,8 +5,8 @@ kopf runs the process: ``mqbalance operator`` is ``kopf.run``, whose start-up ha
 :class:`Runtime` and whose clean-up handler stops it, and kopf handles the signals. kopf
 watches nothing: per-object handlers, daemons and finalizers cost a task, a batching window
 and writes per object, which at thousands of groups outweigh everything else the operator
-does (docs/architecture.md). The informers here watch ConsumerGroups, Topics, Pods, Nodes and
-the assignment ConfigMaps into caches, and a keyed work queue does the rest, as
+does (docs/architecture.md). The informers here watch ConsumerGroups, Topics, Pods, Nodes, the
+assignment ConfigMaps and the sidecars' member Leases into caches, and a keyed work queue does the rest, as
 controller-runtime does.
 """
 
@@ -21,12 +21,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, TOPICS
+from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, MEMBER_LEASE_LABEL, TOPICS
 from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, compact, default_identity
 from mqbalance.operator import external_metrics
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.lagpoll import LagPoller, LagSettings
+from mqbalance.operator.leases import LeaseTable, lease_record
 from mqbalance.operator.membership import pod_info
 from mqbalance.operator.metrics import Leadership, OperatorMetrics, create_app, serve
 from mqbalance.operator.nameserver import RouteReader
@@ -243,7 +244,10 @@ def create_informers(
 
 
 def namespace_informers(client: KubeClient, controller: Controller, scope: str) -> list[Informer[Any]]:
-    """ConsumerGroups, Topics, Pods and our ConfigMaps under ``scope`` (``/namespaces/<ns>``, or "": all)."""
+    """ConsumerGroups, Topics, Pods, our ConfigMaps and the member Leases under ``scope``
+    (``/namespaces/<ns>``, or "": all)."""
+    if controller.leases is None:
+        controller.leases = LeaseTable()  # watched: a member without a Lease is judged as one
     return [
         Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, controller.on_group),
         Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, controller.on_topic),
@@ -255,6 +259,14 @@ def namespace_informers(client: KubeClient, controller: Controller, scope: str) 
             controller.on_configmap,
             label_selector=CONFIGMAP_SELECTOR,
         ),
+        # Time-bounded ownership: when each member's sidecar last renewed (handover Release, Orderly).
+        Informer(
+            client,
+            f"/apis/coordination.k8s.io/v1{scope}/leases",
+            lease_record,
+            controller.on_lease,
+            label_selector="=".join(MEMBER_LEASE_LABEL),
+        ),
     ]
 
 
@@ -262,12 +274,14 @@ async def wait_synced(controller: Controller, informers: list[Informer[Any]]) ->
     await asyncio.gather(*(informer.synced.wait() for informer in informers))
     controller.synced.set()
     logger.info(
-        "listed %d groups, %d topics, %d pods, %d nodes, %d assignment ConfigMaps; groups reconcile now",
+        "listed %d groups, %d topics, %d pods, %d nodes, %d assignment ConfigMaps, %d member Leases; "
+        "groups reconcile now",
         len(controller.groups),
         len(controller.topics),
         len(controller.pods),
         len(controller.node_labels),
         len(controller.configmaps),
+        len(controller.leases or ()),
     )
 
 

@@ -1,16 +1,18 @@
 """The operator's cache of the observed world and the routing of its changes to work keys.
 
 The informers (``mqbalance.kube.Informer``) keep ConsumerGroups, Topics, Pods, Nodes and the
-assignment ConfigMaps in the caches here and feed their changes in (``on_*``). A change puts
-the keys it concerns on the keyed work queue: at once for spec, Topic and ConfigMap changes,
-after the group's debounce window for pod and node changes, so a burst of pod changes becomes
-one rebalance. Nothing here writes to the API server; the reconcilers (group_reconciler.py,
-topic_reconciler.py) read these caches and the controller (controller.py) runs them.
+assignment ConfigMaps in the caches here, and when each member Lease was last seen to change,
+and feed their changes in (``on_*``). A change puts the keys it concerns on the keyed work queue:
+at once for spec, Topic and ConfigMap changes, after the group's debounce window for pod and node
+changes, so a burst of pod changes becomes one rebalance. Nothing here writes to the API server;
+the reconcilers (group_reconciler.py, topic_reconciler.py) read these caches and the controller
+(controller.py) runs them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 from mqbalance.contract import GROUP_LABEL, read_topic_spec, releases_configmap_name
 from mqbalance.kube import Key
 from mqbalance.model import MessageQueue
+from mqbalance.operator.leases import LeaseRecord, LeaseTable, MemberLeases
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, LagFigures
 from mqbalance.operator.reconcile import Outcome
@@ -87,6 +90,12 @@ class GroupState:
     load_state: LoadState = NO_STREAK
     load_target: dict[str, tuple[MessageQueue, ...]] | None = None
     """The assignment the load-aware strategy last computed (where queues in a handover go)."""
+    leased_since: float | None = None
+    """Monotonic time since which this group is judged by its member Leases (its first reconcile
+    with a leased handover, after its caches were listed); None while not leased."""
+    lapsed: Collection[str] = ()
+    """Pods left out at the last reconcile because their member Lease lapsed: a renewal of one
+    reconciles the group at once."""
 
     @property
     def namespace(self) -> str:
@@ -150,6 +159,11 @@ class World:
     """Namespace -> Topic -> spec."""
     topic_routes: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
     """Namespace -> Topic -> ``status.route``, for Topics whose route was read from a NameServer."""
+    leases: LeaseTable | None = None
+    """The member Leases and when each was last seen to change; None when they are not watched
+    (then no member is judged by its Lease: a departed one waits the lease floor only)."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock Lease changes and their silence are measured on (never the wall clock)."""
 
     # -- changes in (from the informers) ---------------------------------------------------------
 
@@ -215,6 +229,47 @@ class World:
         for state in self.groups.values():
             if name in state.nodes:
                 self.enqueue(state, debounced=True)
+
+    def on_lease(self, key: Key, old: LeaseRecord | None, new: LeaseRecord | None) -> None:
+        """A member Lease was created, renewed or deleted: note when (on our monotonic clock); a
+        member left out for a lapsed Lease that renews again is reconciled at once."""
+        if self.leases is None:
+            self.leases = LeaseTable()
+        namespace, name = key
+        now = self.monotonic()
+        if new is None:
+            self.leases.deleted(namespace, name, now)
+            return
+        first = not self.leases.known(namespace, name)
+        holder = self.leases.seen(namespace, name, new, now)
+        if not holder or not self._settled(namespace):
+            return
+        for state in self._in_namespace(namespace):
+            # A renewal matters only to a member left out (it is back); a Lease first seen starts
+            # the reconciles that look again when it would lapse (each asks for the next).
+            if holder in state.lapsed or (first and holder in state.pods):
+                self.enqueue(state)
+
+    def lease_read(self, namespace: str, name: str, record: LeaseRecord | None) -> bool:
+        """A member Lease as just read from the API server (``None``: there is none); whether it
+        shows a change the watch has not delivered yet (then it counts as seen changing now)."""
+        if self.leases is None:
+            return False
+        if record is None:
+            if not self.leases.known(namespace, name):
+                return False
+            self.leases.deleted(namespace, name, self.monotonic())
+            return True
+        return self.leases.seen(namespace, name, record, self.monotonic()) is not None
+
+    def member_leases(self, state: GroupState) -> MemberLeases | None:
+        """The group's namespace's member Leases for one reconcile (None when not watched)."""
+        if self.leases is None:
+            return None
+        now = self.monotonic()
+        if state.leased_since is None:
+            state.leased_since = now
+        return self.leases.view(state.namespace, state.leased_since, now)
 
     def on_topic(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """A Topic changed: its status may need writing, its subscribers a reconcile if its spec changed."""
@@ -335,6 +390,8 @@ class World:
         self.topic_specs.pop(namespace, None)
         self.topic_routes.pop(namespace, None)
         self.pods.forget(namespace)
+        if self.leases is not None:
+            self.leases.forget(namespace)
         for key in [key for key in self.configmaps if key[0] == namespace]:
             del self.configmaps[key]
 
@@ -355,6 +412,9 @@ class World:
             return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
         state.topics = _small_set(subscribed_topics(spec))
         _remember_load(state, outcome)
+        state.lapsed = _small_set(outcome.lapsed)
+        if outcome.spec is None or not outcome.spec.handover.leased:
+            state.leased_since = None  # judged by Leases again only after a lease's time
         if outcome.spec is None:
             state.selector = None  # unparseable: any change in the namespace may matter
             self._route(state, None)

@@ -173,6 +173,16 @@ class Writer:
                 return Published(None, None)
             raise
 
+    async def read_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A Lease read from the API server itself (not the watch cache); None when there is none.
+
+        A list narrowed to the name, without a resourceVersion (so read from etcd, not a cache):
+        ``list`` is what the operator may do with Leases where it serves groups, ``get`` is not."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+        found = await self.client.get(path, params={"fieldSelector": f"metadata.name={name}"})
+        items: list[Mapping[str, Any]] = found.get("items") or []
+        return items[0] if items else None
+
     async def publish(
         self, owner: Mapping[str, Any], document: AssignmentDocument, current: Published
     ) -> Published:

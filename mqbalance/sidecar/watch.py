@@ -9,7 +9,6 @@ reconnect after other failures with backoff.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +17,8 @@ from typing import Any, Protocol
 
 from mqbalance.contract import (
     CONFIGMAP_KEY,
+    MANAGED_BY,
+    MEMBER_LEASE_LABEL,
     TOPICS,
     AssignmentDocument,
     DocumentError,
@@ -25,6 +26,7 @@ from mqbalance.contract import (
     SpecError,
     configmap_name,
     custom_path,
+    member_lease_name,
     read_topic,
 )
 from mqbalance.kube import ApiError, Informer, Key, KubeClient, LeaseLock
@@ -92,19 +94,6 @@ def topic_snapshot(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"spec": obj.get("spec") or {}, "route": (obj.get("status") or {}).get("route")}
 
 
-MEMBER_LEASE_SUFFIX = "-mqbalance-member"
-MAX_NAME = 253
-
-
-def member_lease_name(pod: str) -> str:
-    """``<pod>-mqbalance-member``; a pod name too long for that keeps its start and a hash of the whole."""
-    name = pod + MEMBER_LEASE_SUFFIX
-    if len(name) <= MAX_NAME:
-        return name
-    digest = hashlib.sha256(pod.encode()).hexdigest()[:10]
-    return f"{pod[: MAX_NAME - len(MEMBER_LEASE_SUFFIX) - 11]}-{digest}{MEMBER_LEASE_SUFFIX}"
-
-
 class MemberLease:
     """Renews this pod's coordination.k8s.io Lease while a served document carries lease terms.
 
@@ -139,7 +128,7 @@ class MemberLease:
             pod,
             DEFAULT_MEMBER_LEASE,
             monotonic=monotonic,
-            labels={"app.kubernetes.io/managed-by": "mqbalance", "mqbalance.io/member": "true"},
+            labels={MANAGED_BY[0]: MANAGED_BY[1], MEMBER_LEASE_LABEL[0]: MEMBER_LEASE_LABEL[1]},
             owner_references=owner,
         )
 

@@ -94,14 +94,20 @@ def released_before_release() -> None:
 
 
 def override_at_once() -> None:
-    """(c) An override before the timeout: ``releaseTimeoutSeconds`` ignored, and so is any bound
-    the override waits for beside it (the broker lock, grants that must expire): a revoked queue
-    nobody released is overridden at the next reconcile, which the step asks for at once."""
+    """(c) An override before the timeout: the handover step sees ``releaseTimeoutSeconds``,
+    ``brokerLockSeconds``, ``leaseSeconds`` and ``leaseMarginSeconds`` all 0, so no bound the
+    override waits for holds (the timeout, the broker lock, grants that must expire, a departed
+    owner's Lease that must fall silent): a revoked queue nobody released is overridden at the next
+    reconcile, which the step asks for at once. The published lease terms stay as the spec says
+    (the sidecars keep their grants), so only the operator's waiting is broken."""
 
-    def override_at(self: HandoverSpec, since: float) -> float:
-        return since
+    def change(
+        published: AssignmentDocument | None, spec: HandoverSpec, acks: Mapping[str, Ack]
+    ) -> tuple[HandoverSpec, Mapping[str, Ack]]:
+        zero = dataclasses.replace(spec, release_timeout=0.0, broker_lock=0.0, lease=0.0, lease_margin=0.0)
+        return zero, acks
 
-    _patch(HandoverSpec, "override_at", override_at)
+    _wrap_step(change)
 
 
 def _queue_twice(doc: AssignmentDocument) -> AssignmentDocument:

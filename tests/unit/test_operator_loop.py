@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mqbalance.contract import Ack, configmap_name
+from mqbalance.contract import Ack, configmap_name, member_lease_name
 from mqbalance.kube import ApiError, Conflict
 from mqbalance.model import Broker
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.group_reconciler import LEGACY_FINALIZER
+from mqbalance.operator.leases import LeaseTable, lease_record
 from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
@@ -633,3 +634,87 @@ async def test_a_configmap_event_during_its_write_is_judged_once_the_write_is_an
         reconciles = h.counter("mqbalance_reconciles_total", result="published")
         reconciles += h.counter("mqbalance_reconciles_total", result="unchanged")
         assert reconciles == (2 if foreign else 1)
+
+
+def member_lease(pod_name: str, renewed: float) -> tuple[Any, ...]:
+    """A member Lease as the operator's informer keeps it, renewed at ``renewed``."""
+    body = {
+        "metadata": {"uid": f"u-{pod_name}"},
+        "spec": {"holderIdentity": pod_name, "renewTime": str(renewed)},
+    }
+    return lease_record(body)
+
+
+async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_and_rejoins_on_renewal() -> (
+    None
+):
+    handover = {"mode": "Release", "releaseTimeoutSeconds": 1, "leaseSeconds": 4, "renewSeconds": 1}
+    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={**handover, "leaseMarginSeconds": 2})
+    async with Harness() as h:
+        c = h.controller
+        c.leases = LeaseTable()
+        c.monotonic = lambda: h.timer.time  # the work queue's clock stands in for the monotonic one
+        await start(h, body, [pod("p1"), pod("p2")])
+
+        def renew(*pods: str) -> None:
+            for name in pods:
+                c.on_lease((NS, member_lease_name(name)), None, member_lease(name, h.timer.time))
+
+        renew("p1", "p2")  # first seen: the group looks again when they would lapse
+        await h.settle()
+        settled = h.journal.records[-1]
+        assert set(settled.members) == {"p1", "p2"}
+        for _ in range(3):  # both renew every second: nothing changes
+            h.timer.advance(1.0)
+            renew("p1", "p2")
+            await h.settle()
+        assert h.journal.records[-1] is settled
+        for _ in range(4):  # p1 stops renewing (cut off from the API server); its pod stays Ready
+            h.timer.advance(1.0)
+            renew("p2")
+            await h.settle()
+        revoked = h.journal.records[-1]
+        assert set(revoked.members) == {"p2"}, "p1 serves nothing 4 s after its last renewal"
+        assert [r.owner for r in revoked.releasing] == ["p1"]
+        # p1 renews again: it is a member again at once.
+        renew("p1")
+        await h.settle()
+        assert set(h.journal.records[-1].members) == {"p1", "p2"}
+
+
+async def test_a_departed_owner_is_held_when_the_api_server_shows_a_renewal_the_watch_has_not_brought() -> (
+    None
+):
+    handover = {"mode": "Release", "releaseTimeoutSeconds": 1, "leaseSeconds": 4, "renewSeconds": 1}
+    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={**handover, "leaseMarginSeconds": 2})
+    async with Harness() as h:
+        c = h.controller
+        c.leases = LeaseTable()
+        c.monotonic = lambda: h.timer.time
+        await start(h, body, [pod("p1"), pod("p2")])
+        for name in ("p1", "p2"):
+            c.on_lease((NS, member_lease_name(name)), None, member_lease(name, 0.0))
+        await h.settle()
+        c.on_pod((NS, "p1"), pod("p1"), None)  # force-deleted: departed, its sidecar may still run
+        await h.settle()
+        revoked = h.journal.records[-1]
+        assert [r.owner for r in revoked.releasing] == ["p1"]
+        # The watch brings nothing more of p1's Lease, but the API server has a later renewal.
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+        spec = {"holderIdentity": "p1", "renewTime": "later"}
+        h.api.objects[path] = {"items": [{"metadata": {"uid": "u-p1", "resourceVersion": "9"}, "spec": spec}]}
+
+        async def run(seconds: int) -> None:  # p2 renews every second; the watch brings no more of p1's
+            for _ in range(seconds):
+                h.timer.advance(1.0)
+                c.on_lease((NS, member_lease_name("p2")), None, member_lease("p2", h.timer.time))
+                await h.settle()
+
+        await run(6)  # lease + margin after the revocation, and of silence on the watch
+        assert h.journal.records[-1] is revoked, "the fresh read shows a renewal: not handed on"
+        await run(5)
+        assert h.journal.records[-1] is revoked
+        await run(1)  # silent for lease + margin since that renewal was seen
+        moved = h.journal.records[-1]
+        assert moved.releasing == ()
+        assert set(moved.members) == {"p2"}

@@ -34,6 +34,11 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# The member Leases "<pod>-mqbalance-member" the sidecars renew (spec.handover Release/Orderly):
+# watched (label mqbalance.io/member=true) to tell a member that stopped renewing, read only.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [list, watch]
 {{- with .Values.operator.lag.aclSecrets }}
 # The Secrets Topics name in spec.nameServer.aclSecretRef, only these: their keys sign the offset reads.
 - apiGroups: [""]

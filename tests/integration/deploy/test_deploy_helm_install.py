@@ -108,6 +108,8 @@ def test_operator_has_what_it_needs_and_no_more(cluster: LocalCluster, release: 
         ("update", "configmaps"),
         ("watch", "configmaps"),
         ("create", "events"),
+        ("list", "leases.coordination.k8s.io"),  # the sidecars' member Leases
+        ("watch", "leases.coordination.k8s.io"),
     ]
     for verb, resource in needed:
         assert can_i(cluster, sa, verb, resource, namespace), f"operator cannot {verb} {resource}"
@@ -154,7 +156,7 @@ def test_operator_may_hold_its_lease_and_no_other(
         ("patch", lease, namespace),
         ("delete", lease, namespace),
         ("list", "leases.coordination.k8s.io", "default"),
-        ("watch", "leases.coordination.k8s.io", namespace),
+        ("watch", "leases.coordination.k8s.io", "default"),  # member Leases: where it serves groups only
         ("create", "leases.coordination.k8s.io", "default"),
         ("get", lease, "default"),
         ("update", "leases.coordination.k8s.io/kube-controller-manager", "kube-system"),
@@ -354,7 +356,7 @@ def test_sharded_replicas_work_as_the_chart_service_account(
         leases = "leases.coordination.k8s.io"
         for verb in ("get", "list", "create", "update", "delete"):
             assert can_i(cluster, sa, verb, leases, namespace), f"operator cannot {verb} leases"
-        for verb, ns in [("watch", namespace), ("patch", namespace), ("deletecollection", namespace)]:
+        for verb, ns in [("watch", "default"), ("patch", namespace), ("deletecollection", namespace)]:
             assert not can_i(cluster, sa, verb, leases, ns), f"operator may {verb} leases in {ns}"
         for verb in ("get", "create", "delete"):
             assert not can_i(cluster, sa, verb, leases, "default"), f"operator may {verb} leases in default"

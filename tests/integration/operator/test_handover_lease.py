@@ -1,11 +1,17 @@
 """Time-bounded ownership on the real API server: a member whose sidecar is cut off from the API
 server (its kubeconfig points at a loopback proxy the test closes) fences itself once leaseSeconds
 pass without a renewal, and the operator hands its revoked queues on no sooner than leaseSeconds +
-leaseMarginSeconds after the revocation, though releaseTimeoutSeconds is 1."""
+leaseMarginSeconds after the revocation, though releaseTimeoutSeconds is 1.
+
+The operator reads the member Leases: a member cut off from the API server whose pod stays Ready
+is revoked about leaseSeconds after its last renewal (not when its pod turns NotReady); a pod
+deleted with grace period 0 whose sidecar still renews is not handed on while it renews, and is
+once its renewals have stopped for leaseSeconds + leaseMarginSeconds."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +22,10 @@ from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from harness.processes import SidecarProcess
 from harness.tcp_proxy import TcpProxy, proxied_kubeconfig, server_address
-from mqbalance.contract import AssignmentDocument
+from mqbalance.contract import AssignmentDocument, member_lease_name
 from mqbalance.model import MessageQueue
 from tests.integration.operator.conftest import Testbed
-from tests.integration.operator_support import apply_group, apply_topic, read_document
+from tests.integration.operator_support import apply_group, apply_topic, read_document, status_for
 
 BROKERS = [{"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8}]
 LEASE, RENEW, MARGIN = 4.0, 1.0, 2.0
@@ -164,3 +170,200 @@ def run(
     assert back["queueCount"] == 0  # it is no member any more
     assert cut_sidecar.metric("mqbalance_sidecar_fenced", group=group) == 0.0
     kubelet.delete_pod(api, ns, cut)
+
+
+# -- the operator reads the member Leases ------------------------------------------------------------
+
+
+def lease_group(api: client.ApiClient, ns: str, group: str) -> dict[str, str]:
+    """A Release group of two pods (created here), with the short lease of this module; its labels."""
+    labels = {"app": f"handover-{group}", "group": group}
+    apply_topic(api, ns, f"t-{group}", BROKERS)
+    handover = {
+        "mode": "Release",
+        "releaseTimeoutSeconds": 1,
+        "leaseSeconds": LEASE,
+        "renewSeconds": RENEW,
+        "leaseMarginSeconds": MARGIN,
+    }
+    spec = {
+        "topics": [f"t-{group}"],
+        "selector": {"matchLabels": labels},
+        "strategy": {"name": "STICKY"},
+        "debounceSeconds": 0,
+        "handover": handover,
+    }
+    apply_group(api, ns, group, spec)
+    return labels
+
+
+def last_renewal(api: client.ApiClient, ns: str, pod: str) -> float:
+    """The renewTime of the pod's member Lease, unix seconds (written by the sidecar on this machine)."""
+    lease: Any = client.CoordinationV1Api(api).read_namespaced_lease(member_lease_name(pod), ns)
+    return float(lease.spec.renew_time.timestamp())
+
+
+def start_sidecars(
+    cluster: LocalCluster, tmp_path: Path, ns: str, group: str, proxied: str, direct: str, proxy: TcpProxy
+) -> dict[str, SidecarProcess]:
+    sidecars: dict[str, SidecarProcess] = {}
+    for pod, kubeconfig in (
+        (proxied, proxied_kubeconfig(cluster.kubeconfig, tmp_path / f"{proxied}-proxy.kubeconfig", proxy)),
+        (direct, cluster.kubeconfig),
+    ):
+        sidecars[pod] = SidecarProcess(
+            kubeconfig, tmp_path / f"sidecar-{pod}.log",
+            "--pod-name", pod, "--namespace", ns, "--group", group, "--no-topics",
+        )  # fmt: skip
+        sidecars[pod].start()
+    return sidecars
+
+
+def documents(api: client.ApiClient, ns: str, group: str) -> Callable[[Any, str], AssignmentDocument]:
+    def document(test: Any, what: str) -> AssignmentDocument:
+        def probe() -> AssignmentDocument | None:
+            doc = read_document(api, ns, group)
+            return doc if doc is not None and test(doc) else None
+
+        return wait_for(what, probe, LEASE + 30)
+
+    return document
+
+
+def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_stays_ready(
+    cluster: LocalCluster,
+    testbed: Testbed,
+    tmp_path: Path,
+) -> None:
+    ns, api, group = testbed.ns, testbed.api, "silent"
+    labels = lease_group(api, ns, group)
+    kubelet.start_pods(api, ns, group, 2, labels, sorted(testbed.nodes))
+    cut, other = f"{group}-0", f"{group}-1"
+    topic = f"t-{group}"
+    document = documents(api, ns, group)
+    proxy = TcpProxy(*server_address(cluster.kubeconfig))
+    proxy.start()
+    sidecars: dict[str, SidecarProcess] = {}
+    try:
+        sidecars = start_sidecars(cluster, tmp_path, ns, group, cut, other, proxy)
+        both = document(lambda d: set(d.members) == {cut, other} and not d.releasing, "two members, settled")
+        held = set(both.queues_of(cut)[topic])
+        assert held, "the member to cut off holds queues"
+        wait_for(
+            f"{cut}'s sidecar to serve with a grant",
+            lambda: sidecars[cut].client.queues().get("queueCount") == len(held) or None,
+            scaled(60),
+        )
+
+        # Cut off from the API server; its pod stays Running and Ready (no node lifecycle here, and
+        # on a real node it would take the node's grace period, 16-50 s, to turn NotReady).
+        proxy.close()
+        revoked = document(
+            lambda d: cut not in d.members and d.releasing, "the revocation of the silent member"
+        )
+        renewed = last_renewal(api, ns, cut)  # the last renewal that got through
+        (release,) = [r for r in revoked.releasing if r.owner == cut]
+        assert set(release.queues) == held
+        after = release.since - renewed
+        pod: Any = client.CoreV1Api(api).read_namespaced_pod(cut, ns)
+        assert any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions), "still Ready"
+        assert pod.metadata.deletion_timestamp is None
+        assert after >= LEASE - 0.1, f"revoked {after:.2f}s after its last renewal: before its lease ran out"
+        assert after <= LEASE + scaled(3), f"revoked {after:.2f}s after its last renewal"
+        status = status_for(api, ns, group, revoked.generation)
+        assert [p["reason"] for p in status["notServingPods"]] == ["MemberLeaseExpired"]
+
+        # The usual floor: nothing handed on before leaseSeconds + leaseMarginSeconds after the revocation.
+        bound = release.since + LEASE + MARGIN
+
+        def others_hold(doc: AssignmentDocument) -> set[MessageQueue]:
+            return {mq for m, qs in doc.topics[topic].items() if m != cut for mq in qs} & held
+
+        while time.time() < bound - 0.2:
+            doc = read_document(api, ns, group)
+            assert doc is not None
+            assert not others_hold(doc) or doc.computed_at >= bound, "handed on before the floor"
+            time.sleep(0.05)
+        moved = document(lambda d: others_hold(d) == held and not d.releasing, "the hand-on after the floor")
+        assert moved.computed_at >= bound
+        print(
+            f"silent member revoked {after:.2f}s after its last renewal (lease {LEASE:g}), its pod Ready; "
+            f"queues handed on {moved.computed_at - release.since:.2f}s after the revocation"
+        )
+
+        # Renewing again, it is a member again.
+        proxy.start()
+        back = document(lambda d: cut in d.members, "the member back once it renews")
+        print(f"member again {back.computed_at - moved.computed_at:.2f}s after the hand-on")
+    finally:
+        proxy.close()
+        for sidecar in sidecars.values():
+            sidecar.stop()
+        kubelet.delete_pod(api, ns, cut)
+        kubelet.delete_pod(api, ns, other)
+
+
+def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_it_stops(
+    cluster: LocalCluster,
+    testbed: Testbed,
+    tmp_path: Path,
+) -> None:
+    ns, api, group = testbed.ns, testbed.api, "departed"
+    labels = lease_group(api, ns, group)
+    kubelet.start_pods(api, ns, group, 2, labels, sorted(testbed.nodes))
+    gone, other = f"{group}-0", f"{group}-1"
+    topic = f"t-{group}"
+    document = documents(api, ns, group)
+    proxy = TcpProxy(*server_address(cluster.kubeconfig))
+    proxy.start()
+    sidecars: dict[str, SidecarProcess] = {}
+    try:
+        sidecars = start_sidecars(cluster, tmp_path, ns, group, gone, other, proxy)
+        both = document(lambda d: set(d.members) == {gone, other} and not d.releasing, "two members, settled")
+        held = set(both.queues_of(gone)[topic])
+        assert held
+
+        def others_hold(doc: AssignmentDocument) -> set[MessageQueue]:
+            return {mq for m, qs in doc.topics[topic].items() if m != gone for mq in qs} & held
+
+        # The pod object goes at once (grace period 0, as --force does); its sidecar keeps running
+        # and renewing, as on a node the API server can no longer reach the kubelet of.
+        kubelet.delete_pod(api, ns, gone)
+        revoked = document(lambda d: gone not in d.members and d.releasing, "the revocation")
+        (release,) = [r for r in revoked.releasing if r.owner == gone]
+        assert set(release.queues) == held
+        # Held well past the floor (lease + margin after the revocation) while it renews.
+        hold_until = release.since + LEASE + MARGIN + 3.0
+        reconciles = testbed.operator.metric("mqbalance_reconciles_total", result="unchanged")
+        renewals = set()
+        while time.time() < hold_until:
+            doc = read_document(api, ns, group)
+            assert doc is not None
+            early = doc.computed_at - release.since
+            assert not others_hold(doc), f"handed on {early:.1f}s after the revocation while it renews"
+            renewals.add(last_renewal(api, ns, gone))
+            assert sidecars[gone].client.queues().get("fenced") is False, "it renews: not fenced"
+            time.sleep(0.1)
+        assert len(renewals) >= 3, f"its sidecar renewed {len(renewals)} times while held"
+        # Reconciled again only when a Lease could lapse (about every lease - renew seconds), not in a loop.
+        waited = testbed.operator.metric("mqbalance_reconciles_total", result="unchanged") - reconciles
+        assert waited <= 2 * (hold_until - release.since), f"{waited:g} reconciles while it was held"
+
+        # Its renewals stop (cut off from the API server): handed on once its Lease has been silent
+        # for lease + margin on the operator's clock, not sooner.
+        proxy.close()
+        moved = document(
+            lambda d: others_hold(d) == held and not d.releasing, "the hand-on after its renewals stop"
+        )
+        silent_for = moved.computed_at - last_renewal(api, ns, gone)
+        assert silent_for >= LEASE + MARGIN - 0.1, f"handed on {silent_for:.2f}s after its last renewal"
+        assert silent_for <= LEASE + MARGIN + scaled(3), f"handed on {silent_for:.2f}s after its last renewal"
+        print(
+            f"departed member held {hold_until - release.since:.1f}s past its revocation while renewing; "
+            f"handed on {silent_for:.2f}s after its last renewal (lease {LEASE:g} + margin {MARGIN:g})"
+        )
+    finally:
+        proxy.close()
+        for sidecar in sidecars.values():
+            sidecar.stop()
+        kubelet.delete_pod(api, ns, other)

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.contract import AssignmentDocument, LeaseTerms
+from mqbalance.contract import AssignmentDocument, LeaseTerms, member_lease_name
 from mqbalance.kube import ApiError
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.app import create_app
 from mqbalance.sidecar.state import SidecarState
-from mqbalance.sidecar.watch import MemberLease, member_lease_name
+from mqbalance.sidecar.watch import MemberLease
 from tests.unit.sidecar.sidecar_support import POD, FakeClock, document, make_config
 
 pytestmark = pytest.mark.asyncio
