@@ -8,7 +8,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mqbalance.model import LoadBalance, MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
@@ -350,7 +350,10 @@ def test_zone_affinity_load_moves_never_leave_the_zone(case: Case) -> None:
                 assert case.zones.of_consumer(member) == zone
 
 
-@settings(max_examples=300, deadline=None)
+# About half the cases have no previous assignment among the members and are filtered out (the
+# property is about a later assignment): expected, so the health check that counts filtered inputs
+# would only fail the run at random.
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(cases(factor=100.0))
 def test_zone_affinity_places_new_and_orphaned_queues_in_their_zone(case: Case) -> None:
     outcome = case.run(LoadState(), zone_affinity=True, settings=LoadBalance(10.0, 1000, 100.0))
