@@ -10,8 +10,10 @@ once its renewals have stopped for leaseSeconds + leaseMarginSeconds."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -230,25 +232,63 @@ def documents(api: client.ApiClient, ns: str, group: str) -> Callable[[Any, str]
     return document
 
 
-def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_stays_ready(
-    cluster: LocalCluster,
-    testbed: Testbed,
-    tmp_path: Path,
-) -> None:
-    ns, api, group = testbed.ns, testbed.api, "silent"
+@dataclass(frozen=True)
+class LeasedPair:
+    """Two members of a leased group, settled: the subject's sidecar reaches the API server through
+    ``proxy`` (closing it cuts the subject off), the other's directly."""
+
+    ns: str
+    api: client.ApiClient
+    group: str
+    document: Callable[[Any, str], AssignmentDocument]
+    proxy: TcpProxy
+    sidecars: dict[str, SidecarProcess]
+    subject: str
+    """The member the test acts on (cuts off, deletes)."""
+    topic: str
+    held: set[MessageQueue]
+    """The subject's queues once both are members."""
+
+    def others_hold(self, doc: AssignmentDocument) -> set[MessageQueue]:
+        """Which of the subject's queues ``doc`` gives to another member."""
+        return {mq for m, qs in doc.topics[self.topic].items() if m != self.subject for mq in qs} & self.held
+
+
+@contextlib.contextmanager
+def leased_pair(cluster: LocalCluster, testbed: Testbed, tmp_path: Path, group: str) -> Iterator[LeasedPair]:
+    ns, api = testbed.ns, testbed.api
     labels = lease_group(api, ns, group)
     kubelet.start_pods(api, ns, group, 2, labels, sorted(testbed.nodes))
-    cut, other = f"{group}-0", f"{group}-1"
+    subject, other = f"{group}-0", f"{group}-1"
     topic = f"t-{group}"
     document = documents(api, ns, group)
     proxy = TcpProxy(*server_address(cluster.kubeconfig))
     proxy.start()
     sidecars: dict[str, SidecarProcess] = {}
     try:
-        sidecars = start_sidecars(cluster, tmp_path, ns, group, cut, other, proxy)
-        both = document(lambda d: set(d.members) == {cut, other} and not d.releasing, "two members, settled")
-        held = set(both.queues_of(cut)[topic])
-        assert held, "the member to cut off holds queues"
+        sidecars = start_sidecars(cluster, tmp_path, ns, group, subject, other, proxy)
+        both = document(
+            lambda d: set(d.members) == {subject, other} and not d.releasing, "two members, settled"
+        )
+        held = set(both.queues_of(subject)[topic])
+        assert held, "the member the test acts on holds queues"
+        yield LeasedPair(ns, api, group, document, proxy, sidecars, subject, topic, held)
+    finally:
+        proxy.close()
+        for sidecar in sidecars.values():
+            sidecar.stop()
+        for pod in (subject, other):
+            kubelet.delete_pod(api, ns, pod)  # a pod already gone is no error
+
+
+def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_stays_ready(
+    cluster: LocalCluster,
+    testbed: Testbed,
+    tmp_path: Path,
+) -> None:
+    with leased_pair(cluster, testbed, tmp_path, "silent") as pair:
+        ns, api, group, document, held = pair.ns, pair.api, pair.group, pair.document, pair.held
+        cut, proxy, sidecars, others_hold = pair.subject, pair.proxy, pair.sidecars, pair.others_hold
         wait_for(
             f"{cut}'s sidecar to serve with a grant",
             lambda: sidecars[cut].client.queues().get("queueCount") == len(held) or None,
@@ -275,10 +315,6 @@ def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_
 
         # The usual floor: nothing handed on before leaseSeconds + leaseMarginSeconds after the revocation.
         bound = release.since + LEASE + MARGIN
-
-        def others_hold(doc: AssignmentDocument) -> set[MessageQueue]:
-            return {mq for m, qs in doc.topics[topic].items() if m != cut for mq in qs} & held
-
         while time.time() < bound - 0.2:
             doc = read_document(api, ns, group)
             assert doc is not None
@@ -295,12 +331,6 @@ def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_
         proxy.start()
         back = document(lambda d: cut in d.members, "the member back once it renews")
         print(f"member again {back.computed_at - moved.computed_at:.2f}s after the hand-on")
-    finally:
-        proxy.close()
-        for sidecar in sidecars.values():
-            sidecar.stop()
-        kubelet.delete_pod(api, ns, cut)
-        kubelet.delete_pod(api, ns, other)
 
 
 def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_it_stops(
@@ -308,23 +338,9 @@ def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_i
     testbed: Testbed,
     tmp_path: Path,
 ) -> None:
-    ns, api, group = testbed.ns, testbed.api, "departed"
-    labels = lease_group(api, ns, group)
-    kubelet.start_pods(api, ns, group, 2, labels, sorted(testbed.nodes))
-    gone, other = f"{group}-0", f"{group}-1"
-    topic = f"t-{group}"
-    document = documents(api, ns, group)
-    proxy = TcpProxy(*server_address(cluster.kubeconfig))
-    proxy.start()
-    sidecars: dict[str, SidecarProcess] = {}
-    try:
-        sidecars = start_sidecars(cluster, tmp_path, ns, group, gone, other, proxy)
-        both = document(lambda d: set(d.members) == {gone, other} and not d.releasing, "two members, settled")
-        held = set(both.queues_of(gone)[topic])
-        assert held
-
-        def others_hold(doc: AssignmentDocument) -> set[MessageQueue]:
-            return {mq for m, qs in doc.topics[topic].items() if m != gone for mq in qs} & held
+    with leased_pair(cluster, testbed, tmp_path, "departed") as pair:
+        ns, api, group, document, held = pair.ns, pair.api, pair.group, pair.document, pair.held
+        gone, proxy, sidecars, others_hold = pair.subject, pair.proxy, pair.sidecars, pair.others_hold
 
         # The pod object goes at once (grace period 0, as --force does); its sidecar keeps running
         # and renewing, as on a node the API server can no longer reach the kubelet of.
@@ -362,8 +378,3 @@ def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_i
             f"departed member held {hold_until - release.since:.1f}s past its revocation while renewing; "
             f"handed on {silent_for:.2f}s after its last renewal (lease {LEASE:g} + margin {MARGIN:g})"
         )
-    finally:
-        proxy.close()
-        for sidecar in sidecars.values():
-            sidecar.stop()
-        kubelet.delete_pod(api, ns, other)
