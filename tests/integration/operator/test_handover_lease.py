@@ -39,40 +39,15 @@ def test_a_member_cut_off_from_the_api_server_fences_itself_before_its_queues_mo
     tmp_path: Path,
 ) -> None:
     ns, api, group = testbed.ns, testbed.api, "lease"
-    nodes = sorted(testbed.nodes)
-    labels = {"app": "handover-lease", "group": group}
-    apply_topic(api, ns, f"t-{group}", BROKERS)
-    handover = {
-        "mode": "Release",
-        "releaseTimeoutSeconds": 1,
-        "leaseSeconds": LEASE,
-        "renewSeconds": RENEW,
-        "leaseMarginSeconds": MARGIN,
-    }
-    spec = {
-        "topics": [f"t-{group}"],
-        "selector": {"matchLabels": labels},
-        "strategy": {"name": "STICKY"},
-        "debounceSeconds": 0,
-        "handover": handover,
-    }
-    apply_group(api, ns, group, spec)
-    kubelet.start_pods(api, ns, group, 2, labels, nodes)
+    labels = lease_group(api, ns, group)
+    kubelet.start_pods(api, ns, group, 2, labels, sorted(testbed.nodes))
     cut, other = f"{group}-0", f"{group}-1"
 
     proxy = TcpProxy(*server_address(cluster.kubeconfig))
     proxy.start()
     sidecars: dict[str, SidecarProcess] = {}
     try:
-        for pod, kubeconfig in (
-            (cut, proxied_kubeconfig(cluster.kubeconfig, tmp_path / "through-proxy.kubeconfig", proxy)),
-            (other, cluster.kubeconfig),
-        ):
-            sidecars[pod] = SidecarProcess(
-                kubeconfig, tmp_path / f"sidecar-{pod}.log",
-                "--pod-name", pod, "--namespace", ns, "--group", group, "--no-topics",
-            )  # fmt: skip
-            sidecars[pod].start()
+        sidecars = start_sidecars(cluster, tmp_path, ns, group, cut, other, proxy)
         run(api, ns, group, proxy, sidecars[cut], sidecars[other], cut, other)
     finally:
         proxy.close()
