@@ -111,9 +111,11 @@ format: venv
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
 
+# The Java module's tests (their own RocketMQ, API server and sidecars, on free ports) run beside
+# pytest; their output goes to build/java-test.log and their summary follows pytest's.
 test: venv control-plane java-oracle rocketmq browser kwok lint
-	MQBALANCE_K8S_VERSION=current $(BIN)/pytest $(PYTEST_PARALLEL)
-	$(MAKE) java-test
+	bash hack/beside.sh build/java-test.log '$(MAKE) --no-print-directory java-test' -- \
+		env MQBALANCE_K8S_VERSION=current $(BIN)/pytest $(PYTEST_PARALLEL)
 
 # The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
 java-test: venv control-plane rocketmq
