@@ -930,22 +930,19 @@ class LocalCluster:
         )
 
     def _wait(self, what: str, comp: _Component, probe: Callable[[], bool]) -> None:
-        started = time.monotonic()
-        deadline = polling.deadline(self.ready_timeout)
-        last_error = ""
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if not comp.running():
                 raise ClusterError(f"{comp.name} exited while waiting for {what}:\n{self.logs()}")
-            try:
-                if probe():
-                    return
-            except (OSError, ValueError) as exc:
-                last_error = str(exc)
-            time.sleep(0.1)
-        raise ClusterError(
-            f"timed out after {time.monotonic() - started:.0f} s (allowance {self.ready_timeout:.0f} s,"
-            f" scaled for load and {polling.SCALE_ENV}) waiting for {what} "
-            f"(last error: {last_error or 'none'}):\n{self.logs()}"
+            return probe()
+
+        polling.wait_for(
+            what,
+            ready,
+            self.ready_timeout,
+            0.1,
+            ClusterError,
+            retry_on=(OSError, ValueError),
+            details=self.logs,
         )
 
     def _stop_components(self) -> None:

@@ -23,9 +23,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from harness import demo_report, polling
 from harness.cluster import ClusterError, LocalCluster, free_port
@@ -41,12 +41,6 @@ GROUP = "orders-consumer"
 APP_LABELS = {"app": "orders-consumer"}
 ZONES = ("zone-a", "zone-b", "zone-c")
 SIDECAR_POD = f"{GROUP}-0"
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
-    return polling.wait_for(what, probe, timeout, interval=interval, error=DemoError)
 
 
 class Demo:
@@ -125,7 +119,9 @@ class Demo:
             doc = self.published()
             return doc if doc is not None and set(doc.members) == members else None
 
-        return wait_for(f"an assignment with members {sorted(members)}", probe, self.timeout)
+        return polling.wait_for(
+            f"an assignment with members {sorted(members)}", probe, self.timeout, 0.1, DemoError
+        )
 
     def wait_for_status(self, generation: int) -> None:
         """Wait (briefly) for the ConsumerGroup's status to describe ``generation``."""
@@ -143,7 +139,7 @@ class Demo:
             return True if (body.get("status") or {}).get("assignmentGeneration") == generation else None
 
         try:
-            wait_for("the ConsumerGroup status", probe, min(self.timeout, 15.0), interval=0.2)
+            polling.wait_for("the ConsumerGroup status", probe, min(self.timeout, 15.0), 0.2, DemoError)
         except DemoError:
             print(f"   (the status does not show generation {generation} yet)")
 
@@ -191,7 +187,8 @@ class Demo:
                 return None
             return body if body.get("generation", 0) > after else None
 
-        return wait_for(f"the sidecar to serve a generation after {after}", probe, self.timeout, interval=0.2)
+        what = f"the sidecar to serve a generation after {after}"
+        return polling.wait_for(what, probe, self.timeout, 0.2, DemoError)
 
     # -- the story ---------------------------------------------------------------------------------
 

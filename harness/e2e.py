@@ -124,18 +124,28 @@ class JavaProgram:
                     # threads, and Linux ties that signal to the starting thread.
                     start_new_session=True,
                 )
-            deadline = polling.deadline(timeout)
-            while "started" not in self.log.read_text(errors="replace"):
-                if self.proc.poll() is not None:
-                    if attempt + 1 < attempts:
-                        break
-                    raise E2eError(f"{self.log.name}: exited with {self.proc.returncode}:\n{self.tail()}")
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise E2eError(f"{self.log.name} did not start in {timeout:g} s:\n{self.tail()}")
-                time.sleep(0.05)
-            else:
+            try:
+                outcome = polling.wait_for(
+                    f"{self.log.name} to start",
+                    self._started_or_exited,
+                    timeout,
+                    0.05,
+                    E2eError,
+                    details=self.tail,
+                )
+            except E2eError:
+                self.kill()
+                raise
+            if outcome == "started":
                 return
+            if attempt + 1 == attempts:
+                assert self.proc is not None
+                raise E2eError(f"{self.log.name}: exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def _started_or_exited(self) -> str | None:
+        if "started" in self.log.read_text(errors="replace"):
+            return "started"
+        return "exited" if self.proc is not None and self.proc.poll() is not None else None
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook, no offset persisted, the TCP connections closed by the kernel."""
@@ -553,15 +563,18 @@ def run(
         log(f"produced {len(produced)} messages; draining")
         scores = []
         pending = {v.group for v in active}
-        deadline = stopped + polling.scaled(drain_timeout)
         drained: dict[str, float] = {}
-        while pending and time.monotonic() < deadline:
+
+        def all_drained() -> bool:
             for group in list(pending):
                 consumed = {(r[1], r[2], r[3]) for r in _read_consumed(w.workdir, group)}
                 if all(key in consumed for key in produced):
                     drained[group] = time.monotonic() - stopped
                     pending.discard(group)
-            time.sleep(0.5)
+            return not pending
+
+        with contextlib.suppress(TimeoutError):  # a group not drained in time scores what it consumed
+            polling.wait_for("every variant to drain", all_drained, drain_timeout, 0.5, TimeoutError)
     finally:
         if producer is not None:
             producer.close_stdin()

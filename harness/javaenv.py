@@ -94,18 +94,15 @@ def sidecar(
     log = (logs / f"sidecar-{pod}.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sidecar {pod} exited:\n{(logs / f'sidecar-{pod}.log').read_text()}")
+        with urllib.request.urlopen(f"{url}/readyz", timeout=2):
+            return True
+
     try:
-        deadline = polling.deadline(60)
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sidecar {pod} exited:\n{(logs / f'sidecar-{pod}.log').read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sidecar {pod} not ready in 60 s (scaled for load)") from None
-                time.sleep(0.2)
+        polling.wait_for(f"sidecar {pod} ready", ready, 60, 0.2, RuntimeError, retry_on=(OSError,))
         yield url
     finally:
         proc.terminate()

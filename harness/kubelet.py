@@ -13,7 +13,6 @@ Deletion without a kubelet: a *bound* pod deleted with a grace period keeps its
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness.polling import deadline as deadline_after
+from harness.polling import wait_for
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -277,15 +276,14 @@ def delete_pod(
         return
     if not wait:
         return
-    deadline = deadline_after(timeout)
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             core.read_namespaced_pod(name, namespace)
         except ApiException as exc:
             if exc.status == 404:
-                return
+                return True
             raise
-        time.sleep(0.1)
-    raise TimeoutError(
-        f"pod {namespace}/{name} still present {timeout:.0f} s (scaled for load) after a forced delete"
-    )
+        return False
+
+    wait_for(f"pod {namespace}/{name} to go after a forced delete", gone, timeout, 0.1, TimeoutError)

@@ -729,22 +729,15 @@ class RocketMQ:
         self._wait_for(f"brokers {', '.join(self.broker_names)} to register", all_registered)
 
     def _wait_for(self, what: str, probe: Callable[[], T | None], proc: _JavaProcess | None = None) -> T:
-        started = time.monotonic()
-        deadline = polling.deadline(self.ready_timeout)
-        while time.monotonic() < deadline:
+        def ready() -> T | None:
             for p in [self._namesrv, *self._brokers.values(), proc]:
                 if p is not None and not p.running():
                     if "Address already in use" in p.tail(200):
                         raise _PortTaken(p)
                     raise RocketMQError(f"{p.name} exited while waiting for {what}:\n{self.logs()}")
-            result = probe()
-            if result is not None:
-                return result
-            time.sleep(0.1)
-        raise RocketMQError(
-            f"timed out after {time.monotonic() - started:.0f} s (allowance {self.ready_timeout:.0f} s,"
-            f" scaled for load and {polling.SCALE_ENV}) waiting for {what}:\n{self.logs()}"
-        )
+            return probe()
+
+        return polling.wait_for(what, ready, self.ready_timeout, 0.1, RocketMQError, details=self.logs)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:

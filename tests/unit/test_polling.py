@@ -72,3 +72,25 @@ def test_a_machine_that_gets_busier_extends_a_running_wait(
     # Idle when the wait starts; from 5 s on the load is 4 on 2 CPUs (x2).
     monkeypatch.setattr(os, "getloadavg", lambda: (4.0 if clock[0] >= 5 else 0.0, 0.0, 0.0))
     assert polling.wait_for("late", lambda: clock[0] >= 15 or None, timeout=10) is True
+
+
+def test_wait_for_names_the_last_error_it_retried_and_adds_the_details(
+    quiet: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + 1))
+
+    def refused() -> None:
+        raise ConnectionRefusedError("nobody listens")
+
+    with pytest.raises(TimeoutError, match=r"last: 'ConnectionRefusedError: nobody listens'\):\nthe log"):
+        polling.wait_for("it", refused, 3, error=TimeoutError, retry_on=(OSError,), details=lambda: "the log")
+
+
+def test_wait_for_ends_at_once_on_an_error_it_does_not_retry(quiet: None) -> None:
+    def exited() -> None:
+        raise RuntimeError("the process exited")
+
+    with pytest.raises(RuntimeError, match="exited"):
+        polling.wait_for("it", exited, 3, retry_on=(OSError,))

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harness.cluster import LocalCluster
-from harness.polling import deadline, scaled
+from harness.polling import scaled, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "mqbalance"
@@ -43,16 +42,14 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def service_account_token(cluster: LocalCluster, namespace: str, name: str, timeout: float = 60.0) -> str:
     """A bound token of the ServiceAccount (TokenRequest), once the account exists."""
-    give_up = deadline(timeout)
-    while True:
-        status, _ = cluster.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
-        if status == 200:
-            return cluster.service_account_token(namespace, name)
-        if time.monotonic() >= give_up:
-            raise AssertionError(
-                f"ServiceAccount {namespace}/{name} did not appear within {timeout:.0f} s (scaled)"
-            )
-        time.sleep(0.2)
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}"
+    wait_for(
+        f"ServiceAccount {namespace}/{name} to appear",
+        lambda: cluster.request("GET", path)[0] == 200,
+        timeout,
+        0.2,
+    )
+    return cluster.service_account_token(namespace, name)
 
 
 def service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str, path: Path) -> Path:
