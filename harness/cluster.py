@@ -22,7 +22,6 @@ import argparse
 import atexit
 import base64
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -30,8 +29,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,12 +37,14 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
 
 from harness import polling
+from harness.kubeapi import KubeApi
+from harness.processes import Component, free_port
 
 CURRENT_K8S_VERSION = "v1.37.2"
 """The release built from Go modules (hack/build-kubernetes.sh's default); the default cluster."""
@@ -203,12 +202,6 @@ def ensure_binaries(
     return directory
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _find_etcd(bin_dir: Path) -> Path | None:
     candidate = bin_dir / "etcd"
     if os.access(candidate, os.X_OK):
@@ -255,76 +248,6 @@ def _sweep_stale_dirs() -> None:
             continue
         if not _pid_alive(owner):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _die_with_parent() -> None:
-    # Runs in the child before exec: if the Python process is killed outright (SIGKILL, CI
-    # timeout) the kernel kills the component too, so nothing is left behind. SIGKILL, not
-    # SIGTERM: with no owner left nobody waits for a graceful stop, and a current kube-apiserver
-    # takes a minute over one. Linux ties this to the thread that started the child, which is
-    # why start() is documented as belonging to a long-lived thread.
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-class _Component:
-    """One child process in its own process group, logging to a file."""
-
-    def __init__(
-        self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.env = env
-        """The process's environment; None inherits this one's."""
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            log.write(f"\n=== starting {self.name}: {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group; Ctrl-C in a terminal does not reach it
-                # SIGKILL when the starting thread dies, even by SIGKILL: nothing left behind.
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM the process group, SIGKILL it after ``grace`` seconds (at once when 0)."""
-        proc = self.proc
-        if proc is None:
-            return
-        self.proc = None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
-            try:
-                proc.wait(grace if grace > 0 else None)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # The leader is gone; make sure nothing else in its group lingers.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    def tail(self, lines: int = 25) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
 
 
 _live: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
@@ -400,10 +323,10 @@ class LocalCluster:
         self._etcd_client_port = 0
         self._etcd_peer_port = 0
         self._apiserver_port = 0
-        self._etcd: _Component | None = None
-        self._apiserver: _Component | None = None
-        self._controller_manager: _Component | None = None
-        self._ssl: ssl.SSLContext | None = None
+        self._etcd: Component | None = None
+        self._apiserver: Component | None = None
+        self._controller_manager: Component | None = None
+        self._api: KubeApi | None = None
         self._lock = threading.RLock()
 
     # -- public properties -------------------------------------------------------------------
@@ -523,6 +446,7 @@ class LocalCluster:
         """Stop everything this instance started; safe to call more than once."""
         with self._lock:
             self._stop_components()
+            self._close_api()
             _live.discard(self)
             if self._etcd_dir is not None:
                 shutil.rmtree(self._etcd_dir, ignore_errors=True)
@@ -617,6 +541,14 @@ class LocalCluster:
         conditions = (body.get("status") or {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
+    @property
+    def api(self) -> KubeApi:
+        """The harness's blocking client (:mod:`harness.kubeapi`) as the admin of this cluster."""
+        with self._lock:
+            if self._api is None:
+                self._api = KubeApi.from_kubeconfig(self.kubeconfig)
+            return self._api
+
     def request(
         self,
         method: str,
@@ -630,24 +562,7 @@ class LocalCluster:
 
         ``body`` is sent as JSON; a PATCH is a JSON merge patch unless ``content_type`` says otherwise.
         """
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self._token}")
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            default = "application/merge-patch+json" if method == "PATCH" else "application/json"
-            req.add_header("Content-Type", content_type or default)
-        try:
-            allowed = polling.scaled(timeout)
-            with urllib.request.urlopen(req, timeout=allowed, context=self._ssl_context()) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            status, raw = err.code, err.read()
-        text = raw.decode(errors="replace")
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
+        return self.api.call(method, path, body, content_type=content_type, timeout=timeout)
 
     def service_account_token(self, namespace: str, name: str, *, expiration_seconds: int = 3600) -> str:
         """A bound token of the ServiceAccount from the TokenRequest API, as a kubelet mounts it.
@@ -671,7 +586,7 @@ class LocalCluster:
         parts = []
         for comp in (self._etcd, self._apiserver, self._controller_manager):
             if comp is not None:
-                parts.append(f"--- {comp.name} ({comp.log_path}) ---\n{comp.tail(lines)}")
+                parts.append(f"--- {comp.name} ({comp.log}) ---\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     # -- internals ---------------------------------------------------------------------------
@@ -788,7 +703,7 @@ class LocalCluster:
         self._etcd_client_port = free_port()
         self._etcd_peer_port = free_port()
         self._apiserver_port = free_port()
-        self._ssl = None
+        self._close_api()
 
     def _kubeconfig_document(self) -> dict[str, Any]:
         return {
@@ -839,7 +754,7 @@ class LocalCluster:
             "--log-level=warn",
             "--quota-backend-bytes=2147483648",
         ]
-        self._etcd = _Component("etcd", argv, self.workdir / "logs" / "etcd.log")
+        self._etcd = Component("etcd", argv, self.workdir / "logs" / "etcd.log")
         self._etcd.start()
         self._wait_etcd_ready(self._etcd)
 
@@ -870,7 +785,7 @@ class LocalCluster:
             "--profiling=false",
             "--v=1",
         ]
-        self._apiserver = _Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
+        self._apiserver = Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
         self._apiserver.start()
         self._wait_apiserver_ready(self._apiserver)
 
@@ -901,7 +816,7 @@ class LocalCluster:
             "--kube-api-burst=200",
             "--v=1",
         ]
-        self._controller_manager = _Component(
+        self._controller_manager = Component(
             "kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log"
         )
         self._controller_manager.start()
@@ -912,24 +827,19 @@ class LocalCluster:
             lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         )
 
-    def _ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
-        return self._ssl
-
-    def _wait_etcd_ready(self, comp: _Component) -> None:
+    def _wait_etcd_ready(self, comp: Component) -> None:
         def healthy() -> bool:
             with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
                 return bool(json.loads(resp.read()).get("health") in ("true", True))
 
         self._wait("etcd", comp, healthy)
 
-    def _wait_apiserver_ready(self, comp: _Component) -> None:
+    def _wait_apiserver_ready(self, comp: Component) -> None:
         self._wait(
             "kube-apiserver /readyz", comp, lambda: self.request("GET", "/readyz", timeout=5)[0] == 200
         )
 
-    def _wait(self, what: str, comp: _Component, probe: Callable[[], bool]) -> None:
+    def _wait(self, what: str, comp: Component, probe: Callable[[], bool]) -> None:
         def ready() -> bool:
             if not comp.running():
                 raise ClusterError(f"{comp.name} exited while waiting for {what}:\n{self.logs()}")
@@ -945,10 +855,15 @@ class LocalCluster:
             details=self.logs,
         )
 
+    def _close_api(self) -> None:
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
     def _stop_components(self) -> None:
         # Reverse start order: clients first, storage last.
         for attr, grace in (("_controller_manager", 5.0), ("_apiserver", _APISERVER_GRACE), ("_etcd", 10.0)):
-            comp: _Component | None = getattr(self, attr)
+            comp: Component | None = getattr(self, attr)
             if comp is not None:
                 comp.stop(grace)
                 setattr(self, attr, None)

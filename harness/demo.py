@@ -25,12 +25,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from harness import demo_report, polling
-from harness.cluster import ClusterError, LocalCluster, free_port
+from harness.cluster import ClusterError, LocalCluster
 from harness.demo_common import DemoError, print_sidecar, show_change, step
-from harness.processes import ManagedProcess, OperatorProcess, mqbalance_argv
+from harness.kubeapi import ApiError
+from harness.processes import ManagedProcess, OperatorProcess, free_port, mqbalance_argv
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,29 +46,23 @@ SIDECAR_POD = f"{GROUP}-0"
 
 class Demo:
     def __init__(self, cluster: LocalCluster, workdir: Path, timeout: float) -> None:
-        from kubernetes import client, config
-
         self.cluster = cluster
         self.workdir = workdir
         self.timeout = timeout
-        self.api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
-        self.core = client.CoreV1Api(self.api)
+        self.api = cluster.api
         self.processes: list[ManagedProcess] = []
         self.sidecar_port = 0
 
     def close(self) -> None:
         for process in reversed(self.processes):
             process.stop()
-        self.api.close()
 
     # -- Kubernetes ------------------------------------------------------------------------------
 
     def install(self) -> None:
-        from kubernetes import client
-
         step("installing the CRDs: kubectl apply -f crds/")
         self.cluster.apply_crds(CRDS, ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
-        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        self.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         step(f"applying examples/topic.yaml and examples/consumergroup.yaml in namespace {NAMESPACE}")
         for name in ("topic.yaml", "consumergroup.yaml"):
             self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / name))
@@ -96,15 +91,14 @@ class Demo:
         delete_pod(self.api, NAMESPACE, name)
 
     def published(self) -> AssignmentDocument | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            cm = self.core.read_namespaced_config_map(configmap_name(GROUP), NAMESPACE)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        text = (cm.data or {}).get(CONFIGMAP_KEY)
+        status, cm = self.api.call(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{configmap_name(GROUP)}"
+        )
+        if status == 404:
+            return None
+        if status != 200:
+            raise ApiError(status, str(cm))
+        text = (cm.get("data") or {}).get(CONFIGMAP_KEY)
         if text is None:
             return None
         try:
@@ -125,17 +119,10 @@ class Demo:
 
     def wait_for_status(self, generation: int) -> None:
         """Wait (briefly) for the ConsumerGroup's status to describe ``generation``."""
-        from kubernetes import client
-
-        custom = client.CustomObjectsApi(self.api)
+        path = f"/apis/mqbalance.io/v1alpha1/namespaces/{NAMESPACE}/consumergroups/{GROUP}"
 
         def probe() -> bool | None:
-            body = cast(
-                dict[str, Any],
-                custom.get_namespaced_custom_object(
-                    "mqbalance.io", "v1alpha1", NAMESPACE, "consumergroups", GROUP
-                ),
-            )
+            body = self.api.request("GET", path)
             return True if (body.get("status") or {}).get("assignmentGeneration") == generation else None
 
         try:

@@ -12,7 +12,7 @@ created with ``spec.nodeName`` set (:func:`pod_body`).
 
 The binary is built once from Go modules by hack/build-kwok.sh into the per-user cache (see
 docs/scale.md). Like the cluster's own components, kwok runs in its own process group and is killed
-by the kernel if the Python process dies (``_Component``).
+by the kernel if the Python process dies (``Component``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from harness import polling
-from harness.cluster import ClusterError, LocalCluster, _Component, cache_dir, free_port
+from harness.cluster import ClusterError, LocalCluster, cache_dir
+from harness.processes import Component, free_port
 
 KWOK_VERSION = "v0.8.0"
 """The release hack/build-kwok.sh builds (its DEFAULT_VERSION)."""
@@ -128,7 +129,7 @@ class Kwok:
         self.version = version
         self._build = build
         self.port = 0
-        self._component: _Component | None = None
+        self._component: Component | None = None
 
     @property
     def pid(self) -> int:
@@ -161,7 +162,7 @@ class Kwok:
             raise ClusterError(f"kwok {self.version} is not built; run hack/build-kwok.sh")
         self.port = free_port()
         env = {**self.cluster.env, "HOME": str(self.cluster.workdir)}  # kwok keeps nothing in the real home
-        self._component = _Component(
+        self._component = Component(
             "kwok", self.argv(home), self.cluster.workdir / "logs" / "kwok.log", env=env
         )
         self._component.start()

@@ -53,11 +53,9 @@ from harness.cluster import (
     SERVICE_CIDR,
     ClusterError,
     LocalCluster,
-    _Component,
     _install_cleanup,
     _live,
     cache_dir,
-    free_port,
     resolve_version,
 )
 from harness.containerd import (
@@ -69,6 +67,7 @@ from harness.containerd import (
     write_registry_hosts,
 )
 from harness.node_host import CONTAINERD_SOCKET, NODE_ROOT, RUN_ROOT, HostError, HostState, MachineLock
+from harness.processes import Component, free_port
 
 NODE_NAME = "mqbalance-node"
 NODE_IP = os.environ.get("MQBALANCE_NODE_IP", "198.18.0.1")
@@ -173,11 +172,11 @@ class _NodeRun:
     def __init__(self, spec: NodeSpec) -> None:
         self.spec = spec
         self.ctr = Ctr(spec.socket)
-        self.containerd: _Component | None = None
-        self.kubelet: _Component | None = None
-        self.proxy: _Component | None = None
+        self.containerd: Component | None = None
+        self.kubelet: Component | None = None
+        self.proxy: Component | None = None
 
-    def components(self) -> list[_Component]:
+    def components(self) -> list[Component]:
         return [c for c in (self.containerd, self.kubelet, self.proxy) if c is not None]
 
 
@@ -335,7 +334,7 @@ class RealNode(LocalCluster):
         self.images = images
         self._machine = MachineLock()
         self._host_state: HostState | None = None
-        self._scheduler: _Component | None = None
+        self._scheduler: Component | None = None
         self._nodes = {spec.name: _NodeRun(spec) for spec in self.specs}
         users = [f"system:node:{spec.name}" for spec in self.specs]
         self._tokens = {
@@ -409,14 +408,14 @@ class RealNode(LocalCluster):
             and len(self._node_components()) == 1 + 3 * len(self.specs)
         )
 
-    def _node_components(self) -> list[_Component]:
+    def _node_components(self) -> list[Component]:
         comps = [self._scheduler] + [c for run in self._nodes.values() for c in run.components()]
         return [c for c in comps if c is not None]
 
     def logs(self, lines: int = 25) -> str:
         parts = [super().logs(lines)]
         for comp in self._node_components():
-            parts.append(f"--- {comp.name} ({comp.log_path}) ---\n{comp.tail(lines)}")
+            parts.append(f"--- {comp.name} ({comp.log}) ---\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -639,7 +638,7 @@ class RealNode(LocalCluster):
             "--profiling=false",
             "--v=1",
         ]
-        self._apiserver = _Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
+        self._apiserver = Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
         self._apiserver.start()
         self._wait_apiserver_ready(self._apiserver)
 
@@ -671,7 +670,7 @@ class RealNode(LocalCluster):
             "--kube-api-burst=200",
             "--v=1",
         ]
-        self._controller_manager = _Component(
+        self._controller_manager = Component(
             "kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log"
         )
         self._controller_manager.start()
@@ -728,7 +727,7 @@ class RealNode(LocalCluster):
         config = config_dir / "containerd.toml"
         # render_config() names the single node's socket; each node has its own.
         config.write_text(render_config(layout).replace(str(CONTAINERD_SOCKET), str(spec.socket)))
-        run.containerd = _Component(
+        run.containerd = Component(
             "containerd", spec.argv(["containerd", "--config", str(config)]), self._log(run, "containerd")
         )
         run.containerd.start()
@@ -776,7 +775,7 @@ class RealNode(LocalCluster):
             "--leader-elect=false",
             "--v=1",
         ]
-        self._scheduler = _Component("kube-scheduler", argv, self.workdir / "logs" / "kube-scheduler.log")
+        self._scheduler = Component("kube-scheduler", argv, self.workdir / "logs" / "kube-scheduler.log")
         self._scheduler.start()
         self._wait(
             "kube-scheduler /healthz", self._scheduler, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz")
@@ -849,7 +848,7 @@ class RealNode(LocalCluster):
                 f"--container-runtime-endpoint=unix://{spec.socket}",
                 f"--pod-infra-container-image={self.images.pause}",
             ]
-        run.kubelet = _Component("kubelet", spec.argv(argv), self._log(run, "kubelet"))
+        run.kubelet = Component("kubelet", spec.argv(argv), self._log(run, "kubelet"))
         run.kubelet.start()
 
     def _start_proxy(self, run: _NodeRun) -> None:
@@ -876,7 +875,7 @@ class RealNode(LocalCluster):
             f"--metrics-bind-address={health_host}:{metrics}",
             "--v=1",
         ]
-        run.proxy = _Component("kube-proxy", spec.argv(argv), self._log(run, "kube-proxy"))
+        run.proxy = Component("kube-proxy", spec.argv(argv), self._log(run, "kube-proxy"))
         run.proxy.start()
         self._wait(
             "kube-proxy /healthz", run.proxy, lambda: _http_ok(f"http://{health_host}:{healthz}/healthz")

@@ -37,7 +37,8 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from harness import polling
-from harness.cluster import _Component, cache_dir
+from harness.cluster import cache_dir
+from harness.processes import Component
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
@@ -212,17 +213,9 @@ def _free_port_block(offsets: Sequence[int]) -> int:
 class _PortTaken(Exception):
     """A server lost the race for a port picked free (other test runs start servers too)."""
 
-    def __init__(self, proc: _Component) -> None:
+    def __init__(self, proc: Component) -> None:
         super().__init__(proc.name)
         self.proc = proc
-
-
-class _JavaProcess(_Component):
-    """A RocketMQ server JVM; its console output is its own log file. Start RocketMQ from a thread
-    that outlives it (normally the main thread): the JVM dies with that thread."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
-        super().__init__(name, argv, log_path, env)
 
 
 class RocketMQ:
@@ -263,11 +256,11 @@ class RocketMQ:
             raise ValueError(f"slaves {self.slave_names} name brokers not in {self.broker_names}")
         self.namesrv_port = 0
         self.broker_ports: dict[str, int] = {}
-        self._namesrv: _JavaProcess | None = None
-        self._brokers: dict[str, _JavaProcess] = {}
+        self._namesrv: Component | None = None
+        self._brokers: dict[str, Component] = {}
         self.slave_ports: dict[str, int] = {}
-        self._slaves: dict[str, _JavaProcess] = {}
-        self._stopped_masters: dict[str, _JavaProcess] = {}
+        self._slaves: dict[str, Component] = {}
+        self._stopped_masters: dict[str, Component] = {}
         self._lock = threading.RLock()
         self.started_in = 0.0
 
@@ -550,8 +543,8 @@ class RocketMQ:
         for name, proc in procs:
             if proc is None:
                 continue
-            parts.append(f"--- {name} console ({proc.log_path}) ---\n{proc.tail(lines)}")
-            server_log = proc.log_path.with_suffix(".log")
+            parts.append(f"--- {name} console ({proc.log}) ---\n{proc.tail(lines)}")
+            server_log = proc.log.with_suffix(".log")
             if server_log.is_file():
                 tail = "\n".join(server_log.read_text(errors="replace").splitlines()[-lines:])
                 parts.append(f"--- {name} log ({server_log}) ---\n{tail}")
@@ -647,7 +640,7 @@ class RocketMQ:
             "-c",
             str(conf),
         ]
-        self._namesrv = _JavaProcess("namesrv", argv, self.workdir / "logs" / "namesrv.out", self._env())
+        self._namesrv = Component("namesrv", argv, self.workdir / "logs" / "namesrv.out", self._env())
         self._namesrv.start()
         self._wait_for("NameServer", self._cluster_info_or_none, self._namesrv)
 
@@ -688,7 +681,7 @@ class RocketMQ:
             str(conf),
         ]
         env = {**self._env(), **({"ROCKETMQ_ZONE": self.zones[name]} if name in self.zones else {})}
-        proc = _JavaProcess(f"broker {label}", argv, self.workdir / "logs" / f"broker-{label}.out", env)
+        proc = Component(f"broker {label}", argv, self.workdir / "logs" / f"broker-{label}.out", env)
         (self._slaves if slave else self._brokers)[name] = proc
         proc.start()
 
@@ -728,7 +721,7 @@ class RocketMQ:
 
         self._wait_for(f"brokers {', '.join(self.broker_names)} to register", all_registered)
 
-    def _wait_for(self, what: str, probe: Callable[[], T | None], proc: _JavaProcess | None = None) -> T:
+    def _wait_for(self, what: str, probe: Callable[[], T | None], proc: Component | None = None) -> T:
         def ready() -> T | None:
             for p in [self._namesrv, *self._brokers.values(), proc]:
                 if p is not None and not p.running():

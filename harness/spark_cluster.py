@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,8 +39,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from harness.cluster import _Component, _die_with_parent, free_port
 from harness.polling import scaled, wait_for
+from harness.processes import Component, free_port
 
 LOOPBACK = "127.0.0.1"
 APP_NAME = "mqbalance-replay"
@@ -83,15 +82,13 @@ def spark_home() -> Path:
     return Path(spec.origin).parent
 
 
-class _Daemon(_Component):
+class _Daemon(Component):
     """One ``spark-class`` process in its own process group."""
+
+    tail_lines = 30
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         super().__init__(name, argv, log, env)
-
-    @property
-    def log(self) -> Path:
-        return self.log_path
 
     @property
     def pgid(self) -> int | None:
@@ -103,12 +100,9 @@ class _Daemon(_Component):
                 f"the Spark {self.name} exited with code {self.proc.returncode}:\n{self.tail()}"
             )
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         # Executors and Python workers outlive a worker for a moment: the group is killed after.
-        super().stop(grace)
-
-    def tail(self, lines: int = 30) -> str:
-        return super().tail(lines)
+        super().stop(timeout)
 
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -312,16 +306,10 @@ class SparkCluster:
         before = {app["id"] for app in self.state().get("completedapps", [])}
         seen: set[Socket] = set()
         started = time.perf_counter()
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                env=self.driver_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+        driver = Component("driver", argv, log, self.driver_env())
+        driver.start()
+        proc = driver.proc
+        assert proc is not None
         try:
 
             def exited() -> bool:
@@ -330,12 +318,7 @@ class SparkCluster:
 
             wait_for(f"the driver {' '.join(argv[:4])}... to exit", exited, timeout, interval=0.2)
         finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            driver.stop(0)  # what is left of its group with it
         seconds = time.perf_counter() - started
         if proc.returncode != 0:
             return DriverRun(proc.returncode, seconds, "", frozenset(seen))

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
 from harness.kubelet import create_node, start_pods
 from harness.polling import wait_for
-from harness.processes import ManagedProcess, mqbalance_argv
+from harness.processes import ManagedProcess, free_port, mqbalance_argv
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.journal import JournalRecord
 from mqbalance.operator.shards import ROLE_LABEL, SHARD_SET_LABEL, member_lease_name, shard_of

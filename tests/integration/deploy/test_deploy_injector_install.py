@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import ManagedProcess, mqbalance_argv
+from harness.processes import ManagedProcess, free_port, mqbalance_argv
 from mqbalance.contract import configmap_name
 from tests.integration.deploy.deploy_support import (
     CHART,
