@@ -39,12 +39,19 @@ import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Self
 
 from harness import polling
 from harness.kubeapi import KubeApi
-from harness.processes import Component, free_port
+from harness.processes import (
+    Component,
+    Service,
+    free_port,
+    run_command,
+    serve_until_interrupted,
+    stop_on_ctrl_c,
+)
 
 CURRENT_K8S_VERSION = "v1.37.2"
 """The release built from Go modules (hack/build-kubernetes.sh's default); the default cluster."""
@@ -98,6 +105,9 @@ _VERSION_RE = re.compile(r"v?1\.(\d+)(?:\.(\d+))?")
 # On SIGTERM kube-apiserver closes its port at once but then waits up to 60 s for open
 # watches to end; nothing here needs that drain.
 _APISERVER_GRACE = 2.0
+# P-256 keys: generated in milliseconds where RSA takes a noticeable part of start-up.
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+_DAYS = "3650"
 
 
 class ClusterError(RuntimeError):
@@ -282,7 +292,7 @@ def _install_cleanup() -> None:
                     signal.signal(signum, _stop_all_and_die)
 
 
-class LocalCluster:
+class LocalCluster(Service):
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Everything started is
@@ -290,6 +300,9 @@ class LocalCluster:
     Ctrl-C. Start it from a thread that outlives the cluster (normally the main thread): on
     Linux the components are told to exit when the starting thread dies.
     """
+
+    listen_address = "127.0.0.1"
+    """Where the API server listens and what the kubeconfig names (a real node's address on one)."""
 
     def __init__(
         self,
@@ -311,6 +324,7 @@ class LocalCluster:
         etcd and the API server only (no Deployments, garbage collection or namespace deletion).
         """
         self.version = resolve_version(version)
+        self.minor = minor_of(self.version)
         self._with_controller_manager = controller_manager
         self._own_workdir = workdir is None
         self._workdir: Path | None = Path(workdir) if workdir is not None else None
@@ -347,7 +361,7 @@ class LocalCluster:
         """The API server URL, e.g. ``https://127.0.0.1:41234``."""
         if not self._apiserver_port:
             raise ClusterError("cluster not started")
-        return f"https://127.0.0.1:{self._apiserver_port}"
+        return f"https://{self.listen_address}:{self._apiserver_port}"
 
     @property
     def token(self) -> str:
@@ -480,17 +494,6 @@ class LocalCluster:
             self._wait_etcd_ready(self._etcd)
             self._wait_apiserver_ready(self._apiserver)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- helpers for callers -----------------------------------------------------------------
 
     def kubectl(
@@ -609,64 +612,44 @@ class LocalCluster:
         if shutil.which("openssl") is None:
             raise ClusterError("the openssl command is needed to make the cluster's keys")
         pki = self.workdir / "pki"
-        days = "3650"
-        # P-256 keys: generated in milliseconds where RSA takes a noticeable part of start-up.
-        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
-        self._openssl(
-            "req", "-x509", *ec, "-nodes", "-days", days,
-            "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-            "-subj", "/CN=mqbalance-local-ca",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        )  # fmt: skip
-        ext = pki / "serving.ext"
-        ext.write_text(
-            "basicConstraints=critical,CA:FALSE\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=serverAuth\n"
-            "subjectKeyIdentifier=hash\n"
-            "authorityKeyIdentifier=keyid,issuer\n"
-            f"subjectAltName={','.join(self._serving_names())}\n"
-        )
-        self._openssl(
-            "req", *ec, "-nodes",
-            "-keyout", str(pki / "apiserver.key"), "-out", str(pki / "apiserver.csr"),
-            "-subj", "/CN=kube-apiserver",
-        )  # fmt: skip
-        self._openssl(
-            "x509", "-req", "-in", str(pki / "apiserver.csr"), "-days", days,
-            "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"), "-CAcreateserial",
-            "-extfile", str(ext), "-out", str(pki / "apiserver.crt"),
-        )  # fmt: skip
+        self._make_ca("ca", "mqbalance-local-ca")
+        names = ",".join(self._serving_names())
+        extra = f"subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\nsubjectAltName={names}\n"
+        self._issue("apiserver", "/CN=kube-apiserver", "ca", "serverAuth", extra)
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
         self._openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
-        self._write_front_proxy_pki(pki, ec, days)
+        # The aggregation layer's own CA and the client certificate the API server presents to an
+        # APIService's server (which trusts that CA: kube-system/extension-apiserver-authentication).
+        self._make_ca("front-proxy-ca", "mqbalance-front-proxy-ca")
+        self._issue("front-proxy-client", f"/CN={FRONT_PROXY_CLIENT}", "front-proxy-ca", "clientAuth")
 
-    def _write_front_proxy_pki(self, pki: Path, ec: tuple[str, ...], days: str) -> None:
-        """The aggregation layer's own CA and the client certificate the API server presents to an
-        APIService's server (which trusts that CA: kube-system/extension-apiserver-authentication)."""
+    def _make_ca(self, name: str, common_name: str) -> None:
+        """A certificate authority: ``pki/NAME.key`` and ``pki/NAME.crt``."""
+        pki = self.workdir / "pki"
         self._openssl(
-            "req", "-x509", *ec, "-nodes", "-days", days,
-            "-keyout", str(pki / "front-proxy-ca.key"), "-out", str(pki / "front-proxy-ca.crt"),
-            "-subj", "/CN=mqbalance-front-proxy-ca",
+            "req", "-x509", *_EC_KEY, "-nodes", "-days", _DAYS,
+            "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"),
+            "-subj", f"/CN={common_name}",
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         )  # fmt: skip
-        ext = pki / "front-proxy-client.ext"
+
+    def _issue(self, name: str, subject: str, ca: str, usage: str, extra: str = "") -> None:
+        """A key and a certificate ``pki/NAME.key``, ``pki/NAME.crt`` for ``subject``, signed by the
+        CA ``ca`` for ``usage`` (serverAuth, clientAuth), with the ``extra`` extension lines."""
+        pki = self.workdir / "pki"
+        ext = pki / f"{name}.ext"
         ext.write_text(
             "basicConstraints=critical,CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth\n"
+            f"extendedKeyUsage={usage}\n{extra}"
         )
+        key, csr, crt = (str(pki / f"{name}.{suffix}") for suffix in ("key", "csr", "crt"))
+        self._openssl("req", *_EC_KEY, "-nodes", "-keyout", key, "-out", csr, "-subj", subject)
         self._openssl(
-            "req", *ec, "-nodes", "-keyout", str(pki / "front-proxy-client.key"),
-            "-out", str(pki / "front-proxy-client.csr"), "-subj", f"/CN={FRONT_PROXY_CLIENT}",
-        )  # fmt: skip
-        self._openssl(
-            "x509", "-req", "-in", str(pki / "front-proxy-client.csr"), "-days", days,
-            "-CA", str(pki / "front-proxy-ca.crt"), "-CAkey", str(pki / "front-proxy-ca.key"),
-            "-CAcreateserial",
-            "-extfile", str(ext), "-out", str(pki / "front-proxy-client.crt"),
+            "x509", "-req", "-in", csr, "-days", _DAYS,
+            "-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key"), "-CAcreateserial",
+            "-extfile", str(ext), "-out", crt,
         )  # fmt: skip
 
     def _aggregation_flags(self) -> list[str]:
@@ -762,10 +745,11 @@ class LocalCluster:
         pki = self.workdir / "pki"
         argv = [
             str(self.bin_dir / "kube-apiserver"),
-            "--advertise-address=127.0.0.1",
-            "--bind-address=127.0.0.1",
+            f"--advertise-address={self.listen_address}",
+            f"--bind-address={self.listen_address}",
             f"--secure-port={self._apiserver_port}",
-            *self._apiserver_version_flags(),
+            # 1.20 serves plain HTTP on 8080 unless told not to; 1.24 removed the flag.
+            *(["--insecure-port=0"] if self.minor < 24 else []),
             f"--etcd-servers={self.etcd_url}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -777,11 +761,8 @@ class LocalCluster:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # The "kubernetes" Endpoints may not hold a loopback address: the reconciler would
-            # log a validation error every 10 s.
-            "--endpoint-reconciler-type=none",
-            f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
             *self._aggregation_flags(),
+            *self._apiserver_flags(pki),
             "--profiling=false",
             "--v=1",
         ]
@@ -789,29 +770,30 @@ class LocalCluster:
         self._apiserver.start()
         self._wait_apiserver_ready(self._apiserver)
 
-    def _apiserver_version_flags(self) -> list[str]:
-        if self.legacy:
-            # 1.20 serves plain HTTP on 8080 unless told not to; 1.24 removed the flag.
-            return ["--insecure-port=0"]
-        return []
+    def _apiserver_flags(self, pki: Path) -> list[str]:
+        """The API server's flags for this kind of cluster (a control plane without nodes)."""
+        return [
+            # The "kubernetes" Endpoints may not hold a loopback address: the reconciler would
+            # log a validation error every 10 s.
+            "--endpoint-reconciler-type=none",
+            f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
+        ]
 
     def _start_controller_manager(self) -> None:
         pki = self.workdir / "pki"
-        extra = DISABLED_CONTROLLERS_LEGACY if self.legacy else DISABLED_CONTROLLERS_CURRENT
-        disabled = DISABLED_CONTROLLERS + extra
-        controllers = ",".join(["*", *(f"-{name}" for name in disabled)])
         argv = [
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1",
             # 1.20 also serves plain HTTP on 10252 unless told not to (the flag is gone since 1.24).
-            *(["--port=0"] if self.legacy else []),
+            *(["--port=0"] if self.minor < 24 else []),
             "--secure-port=0",  # no fixed 10257 port: several clusters run side by side
             "--leader-elect=false",
-            f"--controllers={controllers}",
+            f"--controllers={','.join(['*', *(f'-{name}' for name in self._controllers_off())])}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
+            *self._controller_manager_flags(),
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             "--v=1",
@@ -826,6 +808,14 @@ class LocalCluster:
             self._controller_manager,
             lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         )
+
+    def _controllers_off(self) -> list[str]:
+        extra = DISABLED_CONTROLLERS_LEGACY if self.legacy else DISABLED_CONTROLLERS_CURRENT
+        return [*DISABLED_CONTROLLERS, *extra]
+
+    def _controller_manager_flags(self) -> list[str]:
+        """The controller manager's flags for this kind of cluster (none beyond the common ones)."""
+        return []
 
     def _wait_etcd_ready(self, comp: Component) -> None:
         def healthy() -> bool:
@@ -860,6 +850,11 @@ class LocalCluster:
             self._api.close()
             self._api = None
 
+    def serve_until_interrupted(self, hint: str = "") -> int:
+        """``up``'s last step: export the kubeconfig, run until Ctrl-C or a component exits."""
+        export = f"export KUBECONFIG={self.kubeconfig}"
+        return serve_until_interrupted(export, lambda: self.running, self.logs, hint)
+
     def _stop_components(self) -> None:
         # Reverse start order: clients first, storage last.
         for attr, grace in (("_controller_manager", 5.0), ("_apiserver", _APISERVER_GRACE), ("_etcd", 10.0)):
@@ -870,10 +865,7 @@ class LocalCluster:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    # Ctrl-C is how this command is stopped, even when started with SIGINT ignored (a
-    # background job of a non-interactive shell).
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c()
     cluster = LocalCluster(args.dir, bin_dir=args.bin_dir, version=args.k8s)
     started = time.monotonic()
     with cluster:
@@ -884,16 +876,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             f"# logs: {cluster.workdir / 'logs'}; kubectl {version}: {cluster.bin_dir / 'kubectl'}",
             file=sys.stderr,
         )
-        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-        print("# press Ctrl-C to stop", file=sys.stderr, flush=True)
-        try:
-            while cluster.running:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            print("\n# stopping", file=sys.stderr)
-            return 0
-        print(f"a component exited unexpectedly:\n{cluster.logs()}", file=sys.stderr)
-        return 1
+        return cluster.serve_until_interrupted()
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -923,12 +906,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"'current' ({CURRENT_K8S_VERSION}), '1.20' ({LEGACY_K8S_VERSION}) or v1.Y.Z "
             f"(default: ${K8S_VERSION_ENV}, else current)",
         )
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_command(parser, argv, ClusterError)
 
 
 if __name__ == "__main__":

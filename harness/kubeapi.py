@@ -105,6 +105,13 @@ class KubeApi:
         except ValueError:
             return status, text
 
+    def absent(self, path: str) -> bool:
+        """Whether the object at ``path`` is gone (404); False while it is there, ApiError otherwise."""
+        status, answer = self.call("GET", path)
+        if status not in (200, 404):
+            raise _error(status, answer)
+        return status == 404
+
     def request(
         self, method: str, path: str, body: Any = None, content_type: str | None = None
     ) -> dict[str, Any]:

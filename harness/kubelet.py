@@ -268,13 +268,5 @@ def delete_pod(api: Api, namespace: str, name: str, *, wait: bool = True, timeou
         return
     if not wait:
         return
-
-    def gone() -> bool:
-        status, answer = kube.call("GET", path)
-        if status == 404:
-            return True
-        if status != 200:
-            raise ApiError(status, str(answer))
-        return False
-
-    wait_for(f"pod {namespace}/{name} to go after a forced delete", gone, timeout, 0.1, TimeoutError)
+    what = f"pod {namespace}/{name} to go after a forced delete"
+    wait_for(what, lambda: kube.absent(path), timeout, 0.1, TimeoutError)

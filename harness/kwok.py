@@ -25,12 +25,11 @@ import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 from harness import polling
 from harness.cluster import ClusterError, LocalCluster, cache_dir
-from harness.processes import Component, free_port
+from harness.processes import Component, Service, free_port
 
 KWOK_VERSION = "v0.8.0"
 """The release hack/build-kwok.sh builds (its DEFAULT_VERSION)."""
@@ -117,7 +116,7 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-class Kwok:
+class Kwok(Service):
     """kwok's controller against ``cluster``, managing the nodes annotated ``kwok.x-k8s.io/node=fake``.
 
     Use as a context manager, or :meth:`start` and :meth:`stop`, from a thread that outlives it
@@ -196,11 +195,3 @@ class Kwok:
             self._component.stop(5.0)
             self._component = None
         _live.discard(self)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

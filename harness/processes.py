@@ -11,6 +11,7 @@ run's Java clients.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import os
@@ -18,12 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 from harness.polling import scaled, wait_for
 from mqbalance.journal import JournalRecord
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from harness.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
+
+ErrorTypes = type[Exception] | tuple[type[Exception], ...]
 
 
 class ProcessExited(AssertionError):
@@ -45,7 +49,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def die_with_parent() -> None:
+def _die_with_parent() -> None:
     # Runs in the child before exec: if the Python process is killed outright (SIGKILL, CI
     # timeout) the kernel kills the component too, so nothing is left behind. SIGKILL, not
     # SIGTERM: with no owner left nobody waits for a graceful stop, and a current kube-apiserver
@@ -55,6 +59,58 @@ def die_with_parent() -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+class Service:
+    """What the harness starts for a test and stops after it (a control plane, RocketMQ, Spark,
+    kwok): ``with`` starts it and stops it."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None, errors: ErrorTypes) -> int:
+    """A harness command line: the subcommand ``parser`` picks (``args.func``) run, the ``errors``
+    it expects printed as ``error: ...`` with exit code 1."""
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except errors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def stop_on_ctrl_c() -> None:
+    """An ``up`` command is stopped with Ctrl-C, even when started with SIGINT ignored (a
+    background job of a non-interactive shell)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def serve_until_interrupted(
+    export: str, running: Callable[[], bool], logs: Callable[[], str], hint: str = ""
+) -> int:
+    """An ``up`` command's last step: print ``export`` (for ``eval``), then run until Ctrl-C (0) or
+    until ``running`` turns false (1, ``logs()`` printed)."""
+    print(export, flush=True)
+    print(f"# press Ctrl-C to stop{hint}", file=sys.stderr, flush=True)
+    try:
+        while running():
+            time.sleep(1)
+    except KeyboardInterrupt:
+        print("\n# stopping", file=sys.stderr)
+        return 0
+    print(f"a component exited unexpectedly:\n{logs()}", file=sys.stderr)
+    return 1
 
 
 def mqbalance_argv(*args: str) -> list[str]:
@@ -87,7 +143,7 @@ class ManagedProcess:
 
     ``env`` None inherits this process's environment. ``group``: the child leads its own process
     group (a terminal's Ctrl-C does not reach it) and every signal goes to the whole group, so
-    nothing it started lingers. ``die_with_parent``: the kernel SIGKILLs it when the thread that
+    nothing it started lingers. ``with_parent_death``: the kernel SIGKILLs it when the thread that
     started it dies, even by SIGKILL (Linux). ``stdin``: ``subprocess.PIPE`` to write to it.
     """
 
@@ -104,7 +160,7 @@ class ManagedProcess:
         error: type[Exception] = ProcessExited,
         *,
         group: bool = False,
-        die_with_parent: bool = False,
+        with_parent_death: bool = False,
         stdin: int = subprocess.DEVNULL,
         cwd: Path | None = REPO,
     ) -> None:
@@ -114,9 +170,13 @@ class ManagedProcess:
         self.log = log
         self.error = error
         self.group = group
-        self.die_with_parent = die_with_parent
-        self.stdin = stdin
-        self.cwd = cwd
+        preexec = _die_with_parent if with_parent_death and sys.platform == "linux" else None
+        self._options: dict[str, Any] = {
+            "stdin": stdin,
+            "cwd": cwd,
+            "start_new_session": group,
+            "preexec_fn": preexec,
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.kills = 0
         self.started_at = 0.0
@@ -127,14 +187,7 @@ class ManagedProcess:
         self.started_at = time.perf_counter()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=self.stdin,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.cwd,
-                start_new_session=self.group,
-                preexec_fn=die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, **self._options
             )
 
     def start(self) -> None:
@@ -213,7 +266,7 @@ class Component(ManagedProcess):
     scale_grace = False
 
     def __init__(self, name: str, argv: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
-        super().__init__(name, argv, env, log, group=True, die_with_parent=True, cwd=None)
+        super().__init__(name, argv, env, log, group=True, with_parent_death=True, cwd=None)
 
     def spawn(self) -> None:
         with self.log.open("ab") as out:

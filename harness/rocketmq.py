@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,12 +31,11 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from harness import polling
 from harness.cluster import cache_dir
-from harness.processes import Component
+from harness.processes import Component, Service, run_command, serve_until_interrupted, stop_on_ctrl_c
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
@@ -218,7 +215,7 @@ class _PortTaken(Exception):
         self.proc = proc
 
 
-class RocketMQ:
+class RocketMQ(Service):
     """NameServer + Brokers of one RocketMQ release on 127.0.0.1.
 
     Use as a context manager. ``brokers`` names the broker groups (one master each); ``zones``
@@ -429,14 +426,6 @@ class RocketMQ:
             return True if broker is not None and broker.master_address == self.broker_addr(name) else None
 
         self._wait_for(f"the master of {name} to register again", back)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- helpers for callers -----------------------------------------------------------------
 
@@ -734,8 +723,7 @@ class RocketMQ:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c()
     brokers = [f"broker-{chr(ord('a') + i)}" for i in range(args.brokers)]
     with RocketMQ(args.version, brokers=brokers, workdir=args.dir) as mq:
         print(
@@ -746,12 +734,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             topic, _, queues = spec.partition(":")
             mq.create_topic(topic, int(queues or 4))
             print(f"# topic {topic}: {queues or 4} queues on each broker", file=sys.stderr)
-        print(f"export NAMESRV_ADDR={mq.namesrv_addr}", flush=True)
-        print("# press Ctrl-C to stop", file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(1)
-    return 0
+        return serve_until_interrupted(f"export NAMESRV_ADDR={mq.namesrv_addr}", lambda: True, mq.logs)
 
 
 def raw_exchange(address: str, command: RemotingCommand, timeout: float = 5.0) -> bytes:
@@ -817,12 +800,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     capture.add_argument("--version", default=DEFAULT_VERSION)
     capture.add_argument("out", type=Path)
     capture.set_defaults(func=_cmd_capture)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except RocketMQError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_command(parser, argv, RocketMQError)
 
 
 if __name__ == "__main__":

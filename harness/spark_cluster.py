@@ -36,11 +36,10 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 from harness.polling import scaled, wait_for
-from harness.processes import Component, free_port
+from harness.processes import Component, Service, free_port
 
 LOOPBACK = "127.0.0.1"
 APP_NAME = "mqbalance-replay"
@@ -145,7 +144,7 @@ class DriverRun:
     """Every socket seen open, sampled every 0.2 s, by the cluster's processes and the driver's."""
 
 
-class SparkCluster:
+class SparkCluster(Service):
     """A standalone master and ``workers`` workers of one core each on 127.0.0.1.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. A driver reaches it at
@@ -340,14 +339,6 @@ class SparkCluster:
 
     def logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {d.name} ({d.log})\n{d.tail(lines)}" for d in self._daemons)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 # --- who listens and connects where ---------------------------------------------------------

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 import mqbalance
 from harness import kubelet
 from harness.cluster import LocalCluster
+from harness.kubeapi import KubeApi
 from harness.polling import scaled, wait_for
 
 # Any one step's allowance on an unloaded machine; each use stretches it for the machine's load
@@ -178,16 +179,8 @@ def test_garbage_collector_deletes_dependents_of_deleted_owner(
 
     core.delete_namespaced_config_map("owner", namespace)
 
-    def dependent_gone() -> bool:
-        try:
-            core.read_namespaced_config_map("dependent", namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    wait_for("garbage collection of the dependent ConfigMap", dependent_gone)
+    dependent = f"/api/v1/namespaces/{namespace}/configmaps/dependent"
+    wait_for("garbage collection of the dependent ConfigMap", lambda: KubeApi(api_client).absent(dependent))
     assert core.read_namespaced_config_map("bystander", namespace).metadata.name == "bystander"
 
 
@@ -371,13 +364,5 @@ def test_namespace_deletion_completes(api_client: client.ApiClient, node_name: s
     kubelet.delete_pod(api_client, ns, "p-0")
     core.delete_namespace(ns)
 
-    def namespace_gone() -> bool:
-        try:
-            core.read_namespace(ns)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    wait_for("the namespace controller to remove the namespace", namespace_gone)
+    what = "the namespace controller to remove the namespace"
+    wait_for(what, lambda: KubeApi(api_client).absent(f"/api/v1/namespaces/{ns}"))

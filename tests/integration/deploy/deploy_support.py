@@ -6,9 +6,12 @@ command line, the module named ``conftest`` may be another folder's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,8 @@ from harness.polling import scaled, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "mqbalance"
+GROUP = "orders-consumer"
+"""The consumer group the installed chart's sidecars are narrowed to."""
 
 
 def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -102,3 +107,27 @@ milliseconds (",403") or in a fraction ("0.403"): those made the check fail by c
 def assert_no_denials(logs: str) -> None:
     found = DENIED.search(logs)
     assert found is None, f"the API server refused a call ({found.group()!r}):\n{logs}"
+
+
+@contextlib.contextmanager
+def installed(
+    cluster: LocalCluster, helm: Path, namespace: str, *values: str, cluster_wide: bool = False
+) -> Iterator[str]:
+    """The chart installed in ``namespace`` with ``values`` set, watching only that namespace (or,
+    ``cluster_wide``, all), sidecars narrowed to GROUP; uninstalled afterwards (cluster-scoped objects
+    outlive the namespace: the injector's webhook configuration, the ClusterRoles)."""
+    name = f"mqb-{uuid.uuid4().hex[:6]}"
+    watch = [] if cluster_wide else ["--set", f"operator.watchNamespaces={{{namespace}}}"]
+    run_helm(
+        helm, "install", name, str(CHART),
+        "--kubeconfig", str(cluster.kubeconfig),
+        "--namespace", namespace,
+        *watch,
+        "--set", f"sidecar.groups={{{GROUP}}}",
+        *(arg for value in values for arg in ("--set", value)),
+        "--wait=false",
+    )  # fmt: skip
+    try:
+        yield name
+    finally:
+        run_helm(helm, "uninstall", name, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace)

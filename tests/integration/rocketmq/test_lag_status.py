@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
@@ -32,28 +30,15 @@ from tests.integration.operator_support import (
     status_of,
     wait_generation,
 )
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving
 
 POD_LABELS = {"app": "lagged"}
 
 
 @pytest.fixture(scope="module")
-def api(cluster: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    yield api
-    api.close()
-
-
-@pytest.fixture(scope="module")
 def lag_namespace(cluster: LocalCluster, crds: None, api: client.ApiClient) -> Iterator[tuple[str, str]]:
-    name = f"lag-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    node = f"node-lag-{uuid.uuid4().hex[:6]}"
-    kubelet.create_node(api, node, "zone-a")
-    kubelet.start_pods(api, name, "consumer", 2, POD_LABELS, [node])
-    yield name, node
-    core.delete_namespace(name)
-    kubelet.delete_node(api, node)
+    with consumers_namespace(api, "lag", 2, POD_LABELS) as namespace_and_node:
+        yield namespace_and_node
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +48,8 @@ def operator(
     lag_namespace: tuple[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    workdir: Path = tmp_path_factory.mktemp("operator-lag")
-    op = OperatorProcess(
-        cluster,
-        [lag_namespace[0]],
-        workdir,
+    workdir = tmp_path_factory.mktemp("operator-lag")
+    flags = [
         "--name-server",
         rocketmq.namesrv_addr,
         "--lag-interval",
@@ -75,11 +57,9 @@ def operator(
         "--lag-timeout",
         "1",
         "--lag-queue-metrics",
-    )
-    op.start()
-    yield op
-    op.stop()
-    print(op.tail(200))
+    ]
+    with operator_serving(cluster, lag_namespace[0], workdir, *flags) as op:
+        yield op
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:

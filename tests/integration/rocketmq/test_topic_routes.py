@@ -3,15 +3,12 @@ an unreachable NameServer are reported, the last good route is kept."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.processes import OperatorProcess
@@ -27,24 +24,16 @@ from tests.integration.operator_support import (
     wait_generation,
 )
 from tests.integration.rocketmq.conftest import ZONES
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving
 
 DEAD = "127.0.0.1:1"  # nothing listens on port 1
 POD_LABELS = {"app": "routes"}
 
 
 @pytest.fixture(scope="module")
-def routes_namespace(cluster: LocalCluster, crds: None) -> Iterator[str]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    name = f"routes-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    node = f"node-routes-{uuid.uuid4().hex[:6]}"
-    kubelet.create_node(api, node, "zone-a")
-    kubelet.start_pods(api, name, "consumer", 3, POD_LABELS, [node])
-    yield name
-    core.delete_namespace(name)
-    kubelet.delete_node(api, node)
-    api.close()
+def routes_namespace(cluster: LocalCluster, crds: None, api: client.ApiClient) -> Iterator[str]:
+    with consumers_namespace(api, "routes", 3, POD_LABELS) as (name, _):
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +41,9 @@ def operator(
     cluster: LocalCluster, rocketmq: RocketMQ, routes_namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """The operator, with the real NameServer as its own (for Topics that name none)."""
-    workdir: Path = tmp_path_factory.mktemp("operator-routes")
-    op = OperatorProcess(cluster, [routes_namespace], workdir, "--name-server", rocketmq.namesrv_addr)
-    op.start()
-    yield op
-    op.stop()
-    print(op.tail(200))
+    workdir = tmp_path_factory.mktemp("operator-routes")
+    with operator_serving(cluster, routes_namespace, workdir, "--name-server", rocketmq.namesrv_addr) as op:
+        yield op
 
 
 def put_topic(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
