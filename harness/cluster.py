@@ -547,10 +547,13 @@ class LocalCluster(Service):
     @property
     def api(self) -> KubeApi:
         """The harness's blocking client (:mod:`harness.kubeapi`) as the admin of this cluster."""
-        with self._lock:
-            if self._api is None:
-                self._api = KubeApi.from_kubeconfig(self.kubeconfig)
-            return self._api
+        api = self._api
+        if api is None:  # only the first call waits for the lock: a restart holds it meanwhile
+            with self._lock:
+                if self._api is None:
+                    self._api = KubeApi.from_kubeconfig(self.kubeconfig)
+                api = self._api
+        return api
 
     def request(
         self,

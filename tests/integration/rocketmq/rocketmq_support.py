@@ -7,12 +7,15 @@ import contextlib
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.processes import OperatorProcess
+from harness.rocketmq import RocketMQ
+from tests.integration.operator_support import apply_group, apply_topic
 
 
 @contextlib.contextmanager
@@ -42,3 +45,28 @@ def operator_serving(
     yield op
     op.stop()
     print(op.tail(200))
+
+
+def orders_group(
+    api: client.ApiClient,
+    rocketmq: RocketMQ,
+    namespace: str,
+    topic_name: str,
+    queues: int,
+    labels: Mapping[str, str],
+    **spec: Any,
+) -> str:
+    """A topic named after the test with ``queues`` queues on each broker, the Topic ``orders`` that
+    reads its route from the NameServer every 5 s, and the ConsumerGroup ``orders`` of the pods
+    labelled ``labels`` on it (``spec`` added to its spec); the topic's name."""
+    topic = topic_name[-40:].lstrip("-")
+    rocketmq.create_topic(topic, queues)
+    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
+    selector = {"matchLabels": dict(labels)}
+    apply_group(
+        api,
+        namespace,
+        "orders",
+        {"groupName": f"GID_{topic}", "topics": ["orders"], "selector": selector, **spec},
+    )
+    return topic

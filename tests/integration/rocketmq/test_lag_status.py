@@ -24,13 +24,11 @@ from harness.polling import wait_for
 from harness.processes import OperatorProcess
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import (
-    apply_group,
-    apply_topic,
     condition,
     status_of,
     wait_generation,
 )
-from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving, orders_group
 
 POD_LABELS = {"app": "lagged"}
 
@@ -81,15 +79,7 @@ def test_status_column_and_metrics_show_lag_and_an_unreachable_broker_is_a_condi
     topic_name: str,
 ) -> None:
     namespace, node = lag_namespace
-    topic = topic_name[-40:].lstrip("-")
-    rocketmq.create_topic(topic, 2)  # 2 queues on each of broker-a and broker-b
-    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
-    apply_group(
-        api,
-        namespace,
-        "orders",
-        {"groupName": f"GID_{topic}", "topics": ["orders"], "selector": {"matchLabels": POD_LABELS}},
-    )
+    topic = orders_group(api, rocketmq, namespace, topic_name, 2, POD_LABELS)  # 2 queues on each broker
     first = wait_generation(api, namespace, "orders", 1)
     assert sum(len(qs) for qs in first.topics[topic].values()) == 4
     rocketmq.mqadmin("checkMsgSendRT", "-t", topic, "-a", "40", "-s", "32")

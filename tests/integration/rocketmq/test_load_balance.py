@@ -28,14 +28,12 @@ from harness.rocketmq import RocketMQ
 from mqbalance.model import MessageQueue
 from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length, request
 from tests.integration.operator_support import (
-    apply_group,
-    apply_topic,
     read_document,
     status_for,
     status_of,
     wait_generation,
 )
-from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving, orders_group
 
 POD_LABELS = {"app": "loaded"}
 SEND_MESSAGE = 10
@@ -158,20 +156,10 @@ def test_load_aware_sticky_moves_the_fewest_queues_then_stays_put(
     topic_name: str,
 ) -> None:
     namespace = load_namespace
-    topic = topic_name[-40:].lstrip("-")
-    rocketmq.create_topic(topic, 4)  # 4 queues on each of broker-a and broker-b
-    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
-    apply_group(
-        api,
-        namespace,
-        "orders",
-        {
-            "groupName": f"GID_{topic}",
-            "topics": ["orders"],
-            "selector": {"matchLabels": POD_LABELS},
-            "strategy": {"name": "STICKY", "load": {"tolerance": TOLERANCE, "samples": 2}},
-            "debounceSeconds": 0.5,
-        },
+    strategy = {"name": "STICKY", "load": {"tolerance": TOLERANCE, "samples": 2}}
+    # 4 queues on each of broker-a and broker-b
+    topic = orders_group(
+        api, rocketmq, namespace, topic_name, 4, POD_LABELS, strategy=strategy, debounceSeconds=0.5
     )
     first = wait_generation(api, namespace, "orders", 1)
     shares = first.topics[topic]
