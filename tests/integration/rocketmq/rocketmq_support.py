@@ -1,5 +1,5 @@
 """Helpers of this folder's tests that run the operator against the real RocketMQ: a namespace
-of consumer pods and the operator serving it."""
+of consumer pods, the operator serving it, and a topic with its Topic and ConsumerGroup."""
 
 from __future__ import annotations
 
