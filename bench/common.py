@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 from harness import polling
 from harness.cluster import LocalCluster
-from harness.kubeapi import ApiError, KubeApi, load_client
+from harness.kubeapi import ApiError, KubeApi
 from harness.processes import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def local_cluster() -> Iterator[LocalCluster]:
 
 def kube_api(cluster: LocalCluster, pool: int = 8) -> KubeApi:
     """The operator's own API client (sync kubernetes client, JSON dicts), ``pool`` connections."""
-    return KubeApi(load_client(str(cluster.kubeconfig), pool_size=pool))
+    return KubeApi.from_kubeconfig(cluster.kubeconfig, pool)
 
 
 def ensure(

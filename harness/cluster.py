@@ -22,7 +22,6 @@ import argparse
 import atexit
 import base64
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -30,8 +29,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,12 +37,21 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Self
 
 from harness import polling
+from harness.kubeapi import KubeApi
+from harness.processes import (
+    Component,
+    Service,
+    free_port,
+    run_command,
+    serve_until_interrupted,
+    stop_on_ctrl_c,
+)
 
 CURRENT_K8S_VERSION = "v1.37.2"
 """The release built from Go modules (hack/build-kubernetes.sh's default); the default cluster."""
@@ -99,6 +105,9 @@ _VERSION_RE = re.compile(r"v?1\.(\d+)(?:\.(\d+))?")
 # On SIGTERM kube-apiserver closes its port at once but then waits up to 60 s for open
 # watches to end; nothing here needs that drain.
 _APISERVER_GRACE = 2.0
+# P-256 keys: generated in milliseconds where RSA takes a noticeable part of start-up.
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+_DAYS = "3650"
 
 
 class ClusterError(RuntimeError):
@@ -203,12 +212,6 @@ def ensure_binaries(
     return directory
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _find_etcd(bin_dir: Path) -> Path | None:
     candidate = bin_dir / "etcd"
     if os.access(candidate, os.X_OK):
@@ -257,76 +260,6 @@ def _sweep_stale_dirs() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _die_with_parent() -> None:
-    # Runs in the child before exec: if the Python process is killed outright (SIGKILL, CI
-    # timeout) the kernel kills the component too, so nothing is left behind. SIGKILL, not
-    # SIGTERM: with no owner left nobody waits for a graceful stop, and a current kube-apiserver
-    # takes a minute over one. Linux ties this to the thread that started the child, which is
-    # why start() is documented as belonging to a long-lived thread.
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-class _Component:
-    """One child process in its own process group, logging to a file."""
-
-    def __init__(
-        self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.env = env
-        """The process's environment; None inherits this one's."""
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            log.write(f"\n=== starting {self.name}: {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group; Ctrl-C in a terminal does not reach it
-                # SIGKILL when the starting thread dies, even by SIGKILL: nothing left behind.
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM the process group, SIGKILL it after ``grace`` seconds (at once when 0)."""
-        proc = self.proc
-        if proc is None:
-            return
-        self.proc = None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
-            try:
-                proc.wait(grace if grace > 0 else None)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # The leader is gone; make sure nothing else in its group lingers.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    def tail(self, lines: int = 25) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
 _live: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
 _handlers_installed = False
 _handlers_lock = threading.Lock()
@@ -359,7 +292,7 @@ def _install_cleanup() -> None:
                     signal.signal(signum, _stop_all_and_die)
 
 
-class LocalCluster:
+class LocalCluster(Service):
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Everything started is
@@ -367,6 +300,9 @@ class LocalCluster:
     Ctrl-C. Start it from a thread that outlives the cluster (normally the main thread): on
     Linux the components are told to exit when the starting thread dies.
     """
+
+    listen_address = "127.0.0.1"
+    """Where the API server listens and what the kubeconfig names (a real node's address on one)."""
 
     def __init__(
         self,
@@ -388,6 +324,7 @@ class LocalCluster:
         etcd and the API server only (no Deployments, garbage collection or namespace deletion).
         """
         self.version = resolve_version(version)
+        self.minor = minor_of(self.version)
         self._with_controller_manager = controller_manager
         self._own_workdir = workdir is None
         self._workdir: Path | None = Path(workdir) if workdir is not None else None
@@ -400,10 +337,10 @@ class LocalCluster:
         self._etcd_client_port = 0
         self._etcd_peer_port = 0
         self._apiserver_port = 0
-        self._etcd: _Component | None = None
-        self._apiserver: _Component | None = None
-        self._controller_manager: _Component | None = None
-        self._ssl: ssl.SSLContext | None = None
+        self._etcd: Component | None = None
+        self._apiserver: Component | None = None
+        self._controller_manager: Component | None = None
+        self._api: KubeApi | None = None
         self._lock = threading.RLock()
 
     # -- public properties -------------------------------------------------------------------
@@ -424,7 +361,7 @@ class LocalCluster:
         """The API server URL, e.g. ``https://127.0.0.1:41234``."""
         if not self._apiserver_port:
             raise ClusterError("cluster not started")
-        return f"https://127.0.0.1:{self._apiserver_port}"
+        return f"https://{self.listen_address}:{self._apiserver_port}"
 
     @property
     def token(self) -> str:
@@ -523,6 +460,7 @@ class LocalCluster:
         """Stop everything this instance started; safe to call more than once."""
         with self._lock:
             self._stop_components()
+            self._close_api()
             _live.discard(self)
             if self._etcd_dir is not None:
                 shutil.rmtree(self._etcd_dir, ignore_errors=True)
@@ -555,17 +493,6 @@ class LocalCluster:
             self._etcd.start()
             self._wait_etcd_ready(self._etcd)
             self._wait_apiserver_ready(self._apiserver)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- helpers for callers -----------------------------------------------------------------
 
@@ -617,6 +544,17 @@ class LocalCluster:
         conditions = (body.get("status") or {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
+    @property
+    def api(self) -> KubeApi:
+        """The harness's blocking client (:mod:`harness.kubeapi`) as the admin of this cluster."""
+        api = self._api
+        if api is None:  # only the first call waits for the lock: a restart holds it meanwhile
+            with self._lock:
+                if self._api is None:
+                    self._api = KubeApi.from_kubeconfig(self.kubeconfig)
+                api = self._api
+        return api
+
     def request(
         self,
         method: str,
@@ -630,24 +568,7 @@ class LocalCluster:
 
         ``body`` is sent as JSON; a PATCH is a JSON merge patch unless ``content_type`` says otherwise.
         """
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self._token}")
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            default = "application/merge-patch+json" if method == "PATCH" else "application/json"
-            req.add_header("Content-Type", content_type or default)
-        try:
-            allowed = polling.scaled(timeout)
-            with urllib.request.urlopen(req, timeout=allowed, context=self._ssl_context()) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            status, raw = err.code, err.read()
-        text = raw.decode(errors="replace")
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
+        return self.api.call(method, path, body, content_type=content_type, timeout=timeout)
 
     def service_account_token(self, namespace: str, name: str, *, expiration_seconds: int = 3600) -> str:
         """A bound token of the ServiceAccount from the TokenRequest API, as a kubelet mounts it.
@@ -671,7 +592,7 @@ class LocalCluster:
         parts = []
         for comp in (self._etcd, self._apiserver, self._controller_manager):
             if comp is not None:
-                parts.append(f"--- {comp.name} ({comp.log_path}) ---\n{comp.tail(lines)}")
+                parts.append(f"--- {comp.name} ({comp.log}) ---\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     # -- internals ---------------------------------------------------------------------------
@@ -694,64 +615,44 @@ class LocalCluster:
         if shutil.which("openssl") is None:
             raise ClusterError("the openssl command is needed to make the cluster's keys")
         pki = self.workdir / "pki"
-        days = "3650"
-        # P-256 keys: generated in milliseconds where RSA takes a noticeable part of start-up.
-        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
-        self._openssl(
-            "req", "-x509", *ec, "-nodes", "-days", days,
-            "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-            "-subj", "/CN=mqbalance-local-ca",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        )  # fmt: skip
-        ext = pki / "serving.ext"
-        ext.write_text(
-            "basicConstraints=critical,CA:FALSE\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=serverAuth\n"
-            "subjectKeyIdentifier=hash\n"
-            "authorityKeyIdentifier=keyid,issuer\n"
-            f"subjectAltName={','.join(self._serving_names())}\n"
-        )
-        self._openssl(
-            "req", *ec, "-nodes",
-            "-keyout", str(pki / "apiserver.key"), "-out", str(pki / "apiserver.csr"),
-            "-subj", "/CN=kube-apiserver",
-        )  # fmt: skip
-        self._openssl(
-            "x509", "-req", "-in", str(pki / "apiserver.csr"), "-days", days,
-            "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"), "-CAcreateserial",
-            "-extfile", str(ext), "-out", str(pki / "apiserver.crt"),
-        )  # fmt: skip
+        self._make_ca("ca", "mqbalance-local-ca")
+        names = ",".join(self._serving_names())
+        extra = f"subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\nsubjectAltName={names}\n"
+        self._issue("apiserver", "/CN=kube-apiserver", "ca", "serverAuth", extra)
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
         self._openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
-        self._write_front_proxy_pki(pki, ec, days)
+        # The aggregation layer's own CA and the client certificate the API server presents to an
+        # APIService's server (which trusts that CA: kube-system/extension-apiserver-authentication).
+        self._make_ca("front-proxy-ca", "mqbalance-front-proxy-ca")
+        self._issue("front-proxy-client", f"/CN={FRONT_PROXY_CLIENT}", "front-proxy-ca", "clientAuth")
 
-    def _write_front_proxy_pki(self, pki: Path, ec: tuple[str, ...], days: str) -> None:
-        """The aggregation layer's own CA and the client certificate the API server presents to an
-        APIService's server (which trusts that CA: kube-system/extension-apiserver-authentication)."""
+    def _make_ca(self, name: str, common_name: str) -> None:
+        """A certificate authority: ``pki/NAME.key`` and ``pki/NAME.crt``."""
+        pki = self.workdir / "pki"
         self._openssl(
-            "req", "-x509", *ec, "-nodes", "-days", days,
-            "-keyout", str(pki / "front-proxy-ca.key"), "-out", str(pki / "front-proxy-ca.crt"),
-            "-subj", "/CN=mqbalance-front-proxy-ca",
+            "req", "-x509", *_EC_KEY, "-nodes", "-days", _DAYS,
+            "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"),
+            "-subj", f"/CN={common_name}",
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         )  # fmt: skip
-        ext = pki / "front-proxy-client.ext"
+
+    def _issue(self, name: str, subject: str, ca: str, usage: str, extra: str = "") -> None:
+        """A key and a certificate ``pki/NAME.key``, ``pki/NAME.crt`` for ``subject``, signed by the
+        CA ``ca`` for ``usage`` (serverAuth, clientAuth), with the ``extra`` extension lines."""
+        pki = self.workdir / "pki"
+        ext = pki / f"{name}.ext"
         ext.write_text(
             "basicConstraints=critical,CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth\n"
+            f"extendedKeyUsage={usage}\n{extra}"
         )
+        key, csr, crt = (str(pki / f"{name}.{suffix}") for suffix in ("key", "csr", "crt"))
+        self._openssl("req", *_EC_KEY, "-nodes", "-keyout", key, "-out", csr, "-subj", subject)
         self._openssl(
-            "req", *ec, "-nodes", "-keyout", str(pki / "front-proxy-client.key"),
-            "-out", str(pki / "front-proxy-client.csr"), "-subj", f"/CN={FRONT_PROXY_CLIENT}",
-        )  # fmt: skip
-        self._openssl(
-            "x509", "-req", "-in", str(pki / "front-proxy-client.csr"), "-days", days,
-            "-CA", str(pki / "front-proxy-ca.crt"), "-CAkey", str(pki / "front-proxy-ca.key"),
-            "-CAcreateserial",
-            "-extfile", str(ext), "-out", str(pki / "front-proxy-client.crt"),
+            "x509", "-req", "-in", csr, "-days", _DAYS,
+            "-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key"), "-CAcreateserial",
+            "-extfile", str(ext), "-out", crt,
         )  # fmt: skip
 
     def _aggregation_flags(self) -> list[str]:
@@ -788,7 +689,7 @@ class LocalCluster:
         self._etcd_client_port = free_port()
         self._etcd_peer_port = free_port()
         self._apiserver_port = free_port()
-        self._ssl = None
+        self._close_api()
 
     def _kubeconfig_document(self) -> dict[str, Any]:
         return {
@@ -839,7 +740,7 @@ class LocalCluster:
             "--log-level=warn",
             "--quota-backend-bytes=2147483648",
         ]
-        self._etcd = _Component("etcd", argv, self.workdir / "logs" / "etcd.log")
+        self._etcd = Component("etcd", argv, self.workdir / "logs" / "etcd.log")
         self._etcd.start()
         self._wait_etcd_ready(self._etcd)
 
@@ -847,10 +748,11 @@ class LocalCluster:
         pki = self.workdir / "pki"
         argv = [
             str(self.bin_dir / "kube-apiserver"),
-            "--advertise-address=127.0.0.1",
-            "--bind-address=127.0.0.1",
+            f"--advertise-address={self.listen_address}",
+            f"--bind-address={self.listen_address}",
             f"--secure-port={self._apiserver_port}",
-            *self._apiserver_version_flags(),
+            # 1.20 serves plain HTTP on 8080 unless told not to; 1.24 removed the flag.
+            *(["--insecure-port=0"] if self.minor < 24 else []),
             f"--etcd-servers={self.etcd_url}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -862,46 +764,44 @@ class LocalCluster:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
+            *self._aggregation_flags(),
+            *self._apiserver_flags(pki),
+            "--profiling=false",
+            "--v=1",
+        ]
+        self._apiserver = Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
+        self._apiserver.start()
+        self._wait_apiserver_ready(self._apiserver)
+
+    def _apiserver_flags(self, pki: Path) -> list[str]:
+        """The API server's flags for this kind of cluster (a control plane without nodes)."""
+        return [
             # The "kubernetes" Endpoints may not hold a loopback address: the reconciler would
             # log a validation error every 10 s.
             "--endpoint-reconciler-type=none",
             f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
-            *self._aggregation_flags(),
-            "--profiling=false",
-            "--v=1",
         ]
-        self._apiserver = _Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
-        self._apiserver.start()
-        self._wait_apiserver_ready(self._apiserver)
-
-    def _apiserver_version_flags(self) -> list[str]:
-        if self.legacy:
-            # 1.20 serves plain HTTP on 8080 unless told not to; 1.24 removed the flag.
-            return ["--insecure-port=0"]
-        return []
 
     def _start_controller_manager(self) -> None:
         pki = self.workdir / "pki"
-        extra = DISABLED_CONTROLLERS_LEGACY if self.legacy else DISABLED_CONTROLLERS_CURRENT
-        disabled = DISABLED_CONTROLLERS + extra
-        controllers = ",".join(["*", *(f"-{name}" for name in disabled)])
         argv = [
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1",
             # 1.20 also serves plain HTTP on 10252 unless told not to (the flag is gone since 1.24).
-            *(["--port=0"] if self.legacy else []),
+            *(["--port=0"] if self.minor < 24 else []),
             "--secure-port=0",  # no fixed 10257 port: several clusters run side by side
             "--leader-elect=false",
-            f"--controllers={controllers}",
+            f"--controllers={','.join(['*', *(f'-{name}' for name in self._controllers_off())])}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
+            *self._controller_manager_flags(),
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             "--v=1",
         ]
-        self._controller_manager = _Component(
+        self._controller_manager = Component(
             "kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log"
         )
         self._controller_manager.start()
@@ -912,56 +812,63 @@ class LocalCluster:
             lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         )
 
-    def _ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
-        return self._ssl
+    def _controllers_off(self) -> list[str]:
+        extra = DISABLED_CONTROLLERS_LEGACY if self.legacy else DISABLED_CONTROLLERS_CURRENT
+        return [*DISABLED_CONTROLLERS, *extra]
 
-    def _wait_etcd_ready(self, comp: _Component) -> None:
+    def _controller_manager_flags(self) -> list[str]:
+        """The controller manager's flags for this kind of cluster (none beyond the common ones)."""
+        return []
+
+    def _wait_etcd_ready(self, comp: Component) -> None:
         def healthy() -> bool:
             with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
                 return bool(json.loads(resp.read()).get("health") in ("true", True))
 
         self._wait("etcd", comp, healthy)
 
-    def _wait_apiserver_ready(self, comp: _Component) -> None:
+    def _wait_apiserver_ready(self, comp: Component) -> None:
         self._wait(
             "kube-apiserver /readyz", comp, lambda: self.request("GET", "/readyz", timeout=5)[0] == 200
         )
 
-    def _wait(self, what: str, comp: _Component, probe: Callable[[], bool]) -> None:
-        started = time.monotonic()
-        deadline = polling.deadline(self.ready_timeout)
-        last_error = ""
-        while time.monotonic() < deadline:
+    def _wait(self, what: str, comp: Component, probe: Callable[[], bool]) -> None:
+        def ready() -> bool:
             if not comp.running():
                 raise ClusterError(f"{comp.name} exited while waiting for {what}:\n{self.logs()}")
-            try:
-                if probe():
-                    return
-            except (OSError, ValueError) as exc:
-                last_error = str(exc)
-            time.sleep(0.1)
-        raise ClusterError(
-            f"timed out after {time.monotonic() - started:.0f} s (allowance {self.ready_timeout:.0f} s,"
-            f" scaled for load and {polling.SCALE_ENV}) waiting for {what} "
-            f"(last error: {last_error or 'none'}):\n{self.logs()}"
+            return probe()
+
+        polling.wait_for(
+            what,
+            ready,
+            self.ready_timeout,
+            0.1,
+            ClusterError,
+            retry_on=(OSError, ValueError),
+            details=self.logs,
         )
+
+    def _close_api(self) -> None:
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+    def serve_until_interrupted(self, hint: str = "") -> int:
+        """``up``'s last step: export the kubeconfig, run until Ctrl-C or a component exits."""
+        export = f"export KUBECONFIG={self.kubeconfig}"
+        return serve_until_interrupted(export, lambda: self.running, self.logs, hint)
 
     def _stop_components(self) -> None:
         # Reverse start order: clients first, storage last.
         for attr, grace in (("_controller_manager", 5.0), ("_apiserver", _APISERVER_GRACE), ("_etcd", 10.0)):
-            comp: _Component | None = getattr(self, attr)
+            comp: Component | None = getattr(self, attr)
             if comp is not None:
                 comp.stop(grace)
                 setattr(self, attr, None)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    # Ctrl-C is how this command is stopped, even when started with SIGINT ignored (a
-    # background job of a non-interactive shell).
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c()
     cluster = LocalCluster(args.dir, bin_dir=args.bin_dir, version=args.k8s)
     started = time.monotonic()
     with cluster:
@@ -972,16 +879,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             f"# logs: {cluster.workdir / 'logs'}; kubectl {version}: {cluster.bin_dir / 'kubectl'}",
             file=sys.stderr,
         )
-        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-        print("# press Ctrl-C to stop", file=sys.stderr, flush=True)
-        try:
-            while cluster.running:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            print("\n# stopping", file=sys.stderr)
-            return 0
-        print(f"a component exited unexpectedly:\n{cluster.logs()}", file=sys.stderr)
-        return 1
+        return cluster.serve_until_interrupted()
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -1011,12 +909,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"'current' ({CURRENT_K8S_VERSION}), '1.20' ({LEGACY_K8S_VERSION}) or v1.Y.Z "
             f"(default: ${K8S_VERSION_ENV}, else current)",
         )
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_command(parser, argv, ClusterError)
 
 
 if __name__ == "__main__":

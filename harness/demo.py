@@ -23,14 +23,15 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from harness import demo_report, polling
-from harness.cluster import ClusterError, LocalCluster, free_port
+from harness.cluster import ClusterError, LocalCluster
 from harness.demo_common import DemoError, print_sidecar, show_change, step
-from harness.processes import ManagedProcess, OperatorProcess, mqbalance_argv
+from harness.kubeapi import ApiError
+from harness.processes import ManagedProcess, OperatorProcess, free_port, mqbalance_argv
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,38 +43,26 @@ APP_LABELS = {"app": "orders-consumer"}
 ZONES = ("zone-a", "zone-b", "zone-c")
 SIDECAR_POD = f"{GROUP}-0"
 
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
-    return polling.wait_for(what, probe, timeout, interval=interval, error=DemoError)
-
 
 class Demo:
     def __init__(self, cluster: LocalCluster, workdir: Path, timeout: float) -> None:
-        from kubernetes import client, config
-
         self.cluster = cluster
         self.workdir = workdir
         self.timeout = timeout
-        self.api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
-        self.core = client.CoreV1Api(self.api)
+        self.api = cluster.api
         self.processes: list[ManagedProcess] = []
         self.sidecar_port = 0
 
     def close(self) -> None:
         for process in reversed(self.processes):
             process.stop()
-        self.api.close()
 
     # -- Kubernetes ------------------------------------------------------------------------------
 
     def install(self) -> None:
-        from kubernetes import client
-
         step("installing the CRDs: kubectl apply -f crds/")
         self.cluster.apply_crds(CRDS, ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
-        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        self.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         step(f"applying examples/topic.yaml and examples/consumergroup.yaml in namespace {NAMESPACE}")
         for name in ("topic.yaml", "consumergroup.yaml"):
             self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / name))
@@ -102,15 +91,14 @@ class Demo:
         delete_pod(self.api, NAMESPACE, name)
 
     def published(self) -> AssignmentDocument | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            cm = self.core.read_namespaced_config_map(configmap_name(GROUP), NAMESPACE)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        text = (cm.data or {}).get(CONFIGMAP_KEY)
+        status, cm = self.api.call(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{configmap_name(GROUP)}"
+        )
+        if status == 404:
+            return None
+        if status != 200:
+            raise ApiError(status, str(cm))
+        text = (cm.get("data") or {}).get(CONFIGMAP_KEY)
         if text is None:
             return None
         try:
@@ -125,25 +113,20 @@ class Demo:
             doc = self.published()
             return doc if doc is not None and set(doc.members) == members else None
 
-        return wait_for(f"an assignment with members {sorted(members)}", probe, self.timeout)
+        return polling.wait_for(
+            f"an assignment with members {sorted(members)}", probe, self.timeout, 0.1, DemoError
+        )
 
     def wait_for_status(self, generation: int) -> None:
         """Wait (briefly) for the ConsumerGroup's status to describe ``generation``."""
-        from kubernetes import client
-
-        custom = client.CustomObjectsApi(self.api)
+        path = f"/apis/mqbalance.io/v1alpha1/namespaces/{NAMESPACE}/consumergroups/{GROUP}"
 
         def probe() -> bool | None:
-            body = cast(
-                dict[str, Any],
-                custom.get_namespaced_custom_object(
-                    "mqbalance.io", "v1alpha1", NAMESPACE, "consumergroups", GROUP
-                ),
-            )
+            body = self.api.request("GET", path)
             return True if (body.get("status") or {}).get("assignmentGeneration") == generation else None
 
         try:
-            wait_for("the ConsumerGroup status", probe, min(self.timeout, 15.0), interval=0.2)
+            polling.wait_for("the ConsumerGroup status", probe, min(self.timeout, 15.0), 0.2, DemoError)
         except DemoError:
             print(f"   (the status does not show generation {generation} yet)")
 
@@ -191,7 +174,8 @@ class Demo:
                 return None
             return body if body.get("generation", 0) > after else None
 
-        return wait_for(f"the sidecar to serve a generation after {after}", probe, self.timeout, interval=0.2)
+        what = f"the sidecar to serve a generation after {after}"
+        return polling.wait_for(what, probe, self.timeout, 0.2, DemoError)
 
     # -- the story ---------------------------------------------------------------------------------
 

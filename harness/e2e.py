@@ -36,7 +36,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,12 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kubernetes import client, config
-
 from harness import kubelet, polling
 from harness.cluster import LocalCluster
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
-from harness.processes import OperatorProcess, SidecarProcess
+from harness.kubeapi import KubeApi
+from harness.processes import ManagedProcess, OperatorProcess, SidecarProcess
 from harness.rocketmq import RocketMQ
 from mqbalance.journal import JournalRecord
 
@@ -97,62 +95,59 @@ def java_classpath() -> str:
     return os.pathsep.join([str(target / "classes"), str(target / "test-classes"), deps])
 
 
-class JavaProgram:
-    """One JVM running an e2e program; its output in a log file, 'started' awaited."""
+class JavaProgram(ManagedProcess):
+    """One JVM running an e2e program in a session of its own, its output in a log file, 'started'
+    awaited; its standard input a pipe. No parent-death signal: members are started from
+    short-lived pool threads, and Linux ties that signal to the starting thread."""
 
-    running: ClassVar[set[JavaProgram]] = set()
-    """Every program started and not yet waited for: :func:`world` kills what is left (an
+    live: ClassVar[set[JavaProgram]] = set()
+    """Every program started and not yet killed: :func:`world` kills what is left (an
     interrupted run; each JVM has a session of its own, so nothing else would)."""
 
+    tail_lines = 30
+    scale_grace = False
+
     def __init__(self, classpath: str, main: str, args: Sequence[str], log: Path) -> None:
-        self.argv = ["java", *_JVM, "-cp", classpath, *_log_root(log.parent), main, *args]
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        JavaProgram.running.add(self)
+        argv = ["java", *_JVM, "-cp", classpath, *_log_root(log.parent), main, *args]
+        super().__init__(log.stem, argv, None, log, E2eError, group=True, stdin=subprocess.PIPE, cwd=None)
+        JavaProgram.live.add(self)
 
     def start(self, timeout: float = 120.0, attempts: int = 3) -> None:
         """Start and wait for 'started'. A JVM that exits first is started again: on a loaded
         machine RocketMQ's client can fail its first NameServer request and give up in start()."""
         for attempt in range(attempts):
-            with self.log.open("ab") as out:
-                self.proc = subprocess.Popen(
-                    self.argv,
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    # No parent-death signal here: members are started from short-lived pool
-                    # threads, and Linux ties that signal to the starting thread.
-                    start_new_session=True,
+            self.spawn()
+            try:
+                outcome = polling.wait_for(
+                    f"{self.log.name} to start",
+                    self._started_or_exited,
+                    timeout,
+                    0.05,
+                    E2eError,
+                    details=self.tail,
                 )
-            deadline = polling.deadline(timeout)
-            while "started" not in self.log.read_text(errors="replace"):
-                if self.proc.poll() is not None:
-                    if attempt + 1 < attempts:
-                        break
-                    raise E2eError(f"{self.log.name}: exited with {self.proc.returncode}:\n{self.tail()}")
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise E2eError(f"{self.log.name} did not start in {timeout:g} s:\n{self.tail()}")
-                time.sleep(0.05)
-            else:
+            except E2eError:
+                self.kill()
+                raise
+            if outcome == "started":
                 return
+            if attempt + 1 == attempts:
+                assert self.proc is not None
+                raise E2eError(f"{self.log.name}: exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def _started_or_exited(self) -> str | None:
+        if "started" in self.log.read_text(errors="replace"):
+            return "started"
+        return "exited" if self.proc is not None and self.proc.poll() is not None else None
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook, no offset persisted, the TCP connections closed by the kernel."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        JavaProgram.running.discard(self)
+        super().kill()
+        JavaProgram.live.discard(self)
 
     def terminate(self, timeout: float = 30.0) -> None:
-        """SIGTERM: the JVM's shutdown hook shuts the client down cleanly."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        """SIGTERM: the JVM's shutdown hook shuts the client down cleanly (SIGKILL after ``timeout``)."""
+        self.stop(timeout)
 
     def close_stdin(self) -> None:
         if self.proc is not None and self.proc.stdin is not None:
@@ -166,12 +161,6 @@ class JavaProgram:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
 
 # -- the world ----------------------------------------------------------------------------------
 
@@ -183,7 +172,7 @@ class World:
     workdir: Path
     mq: RocketMQ
     cluster: LocalCluster
-    api: client.ApiClient
+    api: KubeApi
     classpath: str
     operator: OperatorProcess | None = None
 
@@ -229,9 +218,7 @@ def world(workdir: Path | None = None) -> Iterator[World]:
                 },
             }
             cluster.kubectl("apply", "-f", "-", input=_json(topic))
-            api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(cluster.kubeconfig)
-            )
+            api = cluster.api
             kubelet.create_node(api, NODE, "zone-a")
             w = World(path, mq, cluster, api, classpath)
             w.operator = OperatorProcess(cluster, [NAMESPACE], path, "--log-level", "WARNING", error=E2eError)
@@ -239,10 +226,9 @@ def world(workdir: Path | None = None) -> Iterator[World]:
             try:
                 yield w
             finally:
-                for program in list(JavaProgram.running):
+                for program in list(JavaProgram.live):
                     program.kill()
                 w.operator.stop()
-                api.close()  # type: ignore[no-untyped-call]
     finally:
         if own and not os.environ.get("MQBALANCE_KEEP_LOGS"):
             shutil.rmtree(path, ignore_errors=True)
@@ -553,15 +539,18 @@ def run(
         log(f"produced {len(produced)} messages; draining")
         scores = []
         pending = {v.group for v in active}
-        deadline = stopped + polling.scaled(drain_timeout)
         drained: dict[str, float] = {}
-        while pending and time.monotonic() < deadline:
+
+        def all_drained() -> bool:
             for group in list(pending):
                 consumed = {(r[1], r[2], r[3]) for r in _read_consumed(w.workdir, group)}
                 if all(key in consumed for key in produced):
                     drained[group] = time.monotonic() - stopped
                     pending.discard(group)
-            time.sleep(0.5)
+            return not pending
+
+        with contextlib.suppress(TimeoutError):  # a group not drained in time scores what it consumed
+            polling.wait_for("every variant to drain", all_drained, drain_timeout, 0.5, TimeoutError)
     finally:
         if producer is not None:
             producer.close_stdin()

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +35,8 @@ from pathlib import Path
 from types import FrameType
 
 from harness import polling
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
+from harness.processes import ManagedProcess, free_port
 from harness.rocketmq import Acl, RocketMQ
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,30 +91,20 @@ def sidecar(
         *(f"--group={g}" for g in groups),
         *(f"--assignment-file={g}={files[g]}" for g in groups),
     ]
-    log = (logs / f"sidecar-{pod}.log").open("wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = ManagedProcess(f"sidecar {pod}", argv, None, logs / f"sidecar-{pod}.log", RuntimeError, cwd=None)
+    proc.spawn()
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        proc.check()
+        with urllib.request.urlopen(f"{url}/readyz", timeout=2):
+            return True
+
     try:
-        deadline = polling.deadline(60)
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sidecar {pod} exited:\n{(logs / f'sidecar-{pod}.log').read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sidecar {pod} not ready in 60 s (scaled for load)") from None
-                time.sleep(0.2)
+        polling.wait_for(f"sidecar {pod} ready", ready, 60, 0.2, RuntimeError, retry_on=(OSError,))
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        proc.stop(5)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

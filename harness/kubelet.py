@@ -3,25 +3,28 @@
 The local control plane (:mod:`harness.cluster`) runs no kubelet and no scheduler.
 These helpers create Nodes with zone labels, create Pods, bind them with the ``binding``
 subresource and patch their status to Running/Ready, so membership looks as it would in a
-real cluster. They use the synchronous ``kubernetes`` client and take an ``ApiClient``.
+real cluster. They talk through the harness's one client (:class:`harness.kubeapi.KubeApi`, or
+the ``ApiClient`` it rides on) and return the objects as the API server answers them (JSON).
 
 Deletion without a kubelet: a *bound* pod deleted with a grace period keeps its
 ``deletionTimestamp`` forever (the kubelet normally finishes the deletion), so
-:func:`delete_pod` deletes with ``grace_period_seconds=0``. Unbound pods disappear at once.
+:func:`delete_pod` deletes with ``gracePeriodSeconds=0``. Unbound pods disappear at once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from harness.kubeapi import ApiClient, ApiError, KubeApi
+from harness.polling import wait_for
 
-from harness.polling import deadline as deadline_after
+Api = KubeApi | ApiClient
+"""The harness's client, or the ``ApiClient`` it rides on (the tests' fixtures hand out that)."""
+Obj = dict[str, Any]
+STRATEGIC = "application/strategic-merge-patch+json"
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -40,8 +43,12 @@ def _pod_ip(namespace: str, name: str) -> str:
     return f"10.244.{digest[0]}.{1 + digest[1] % 254}"
 
 
-def _core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
+def _kube(api: Api) -> KubeApi:
+    return api if isinstance(api, KubeApi) else KubeApi(api)
+
+
+def _pod_path(namespace: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
 
 
 def _node_conditions(ready: bool) -> list[dict[str, Any]]:
@@ -59,54 +66,45 @@ def _node_conditions(ready: bool) -> list[dict[str, Any]]:
 
 
 def create_node(
-    api: client.ApiClient,
+    api: Api,
     name: str,
     zone: str | None,
     zone_label: str = ZONE_LABEL,
     *,
     labels: Mapping[str, str] | None = None,
     ready: bool = True,
-) -> client.V1Node:
+) -> Obj:
     """Create a Node labelled with its zone (no label when ``zone`` is None) and mark it Ready."""
     all_labels = {HOSTNAME_LABEL: name, **(labels or {})}
     if zone is not None:
         all_labels[zone_label] = zone
-    node = client.V1Node(
-        api_version="v1",
-        kind="Node",
-        metadata=client.V1ObjectMeta(name=name, labels=all_labels),
-    )
-    _core(api).create_node(node)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": all_labels}}
+    _kube(api).request("POST", "/api/v1/nodes", node)
     return set_node_ready(api, name, ready)
 
 
-def set_node_ready(api: client.ApiClient, name: str, ready: bool = True) -> client.V1Node:
+def set_node_ready(api: Api, name: str, ready: bool = True) -> Obj:
     """Patch the Node's Ready condition, as a kubelet's status update would."""
     body = {"status": {"conditions": _node_conditions(ready)}}
-    return _core(api).patch_node_status(name, body)
+    return _kube(api).request("PATCH", f"/api/v1/nodes/{name}/status", body, STRATEGIC)
 
 
-def set_node_zone(
-    api: client.ApiClient,
-    name: str,
-    zone: str | None,
-    zone_label: str = ZONE_LABEL,
-) -> client.V1Node:
+def set_node_zone(api: Api, name: str, zone: str | None, zone_label: str = ZONE_LABEL) -> Obj:
     """Set (or with ``zone=None`` remove) the Node's zone label."""
     body = {"metadata": {"labels": {zone_label: zone}}}
-    return _core(api).patch_node(name, body)
+    return _kube(api).request("PATCH", f"/api/v1/nodes/{name}", body, STRATEGIC)
 
 
-def delete_node(api: client.ApiClient, name: str) -> None:
+def delete_node(api: Api, name: str) -> None:
     try:
-        _core(api).delete_node(name)
-    except ApiException as exc:
+        _kube(api).request("DELETE", f"/api/v1/nodes/{name}")
+    except ApiError as exc:
         if exc.status != 404:
             raise
 
 
 def create_pod(
-    api: client.ApiClient,
+    api: Api,
     namespace: str,
     name: str,
     labels: Mapping[str, str],
@@ -115,7 +113,7 @@ def create_pod(
     finalizers: Sequence[str] = (),
     hold: bool = False,
     annotations: Mapping[str, str] | None = None,
-) -> client.V1Pod:
+) -> Obj:
     """Create a Pending pod running ``example/consumer``.
 
     ``node`` sets ``spec.nodeName`` directly (as a DaemonSet would); use :func:`bind_pod` to
@@ -125,46 +123,44 @@ def create_pod(
     all_finalizers = list(finalizers)
     if hold and HOLD_FINALIZER not in all_finalizers:
         all_finalizers.append(HOLD_FINALIZER)
-    pod = client.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=client.V1ObjectMeta(
-            name=name,
-            namespace=namespace,
-            labels=dict(labels),
-            annotations=dict(annotations) if annotations else None,
-            finalizers=all_finalizers or None,
-        ),
-        spec=client.V1PodSpec(
-            containers=[client.V1Container(name="consumer", image=CONSUMER_IMAGE)],
-            node_name=node,
-            termination_grace_period_seconds=30,
-        ),
-    )
-    return _core(api).create_namespaced_pod(namespace, pod)
+    metadata: Obj = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if all_finalizers:
+        metadata["finalizers"] = all_finalizers
+    spec: Obj = {
+        "containers": [{"name": "consumer", "image": CONSUMER_IMAGE}],
+        "terminationGracePeriodSeconds": 30,
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    return _kube(api).request("POST", _pod_path(namespace), pod)
 
 
-def bind_pod(api: client.ApiClient, namespace: str, name: str, node: str) -> None:
+def bind_pod(api: Api, namespace: str, name: str, node: str) -> None:
     """Bind the pod to ``node`` through the ``binding`` subresource, as the scheduler does."""
-    binding = client.V1Binding(
-        api_version="v1",
-        kind="Binding",
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-        target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-    )
-    # The server answers with a Status, not a Binding: skip the client's decoding.
-    response: Any = _core(api).create_namespaced_pod_binding(name, namespace, binding, _preload_content=False)
-    response.release_conn()
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    _kube(api).request("POST", f"{_pod_path(namespace, name)}/binding", binding)
 
 
-def set_pod_ready(api: client.ApiClient, namespace: str, name: str, ready: bool = True) -> client.V1Pod:
+def read_pod(api: Api, namespace: str, name: str) -> Obj:
+    return _kube(api).request("GET", _pod_path(namespace, name))
+
+
+def set_pod_ready(api: Api, namespace: str, name: str, ready: bool = True) -> Obj:
     """Patch the pod's status to Running with Ready/ContainersReady ``ready``, as a kubelet would.
 
     The pod must be bound to a node.
     """
-    core = _core(api)
-    pod = core.read_namespaced_pod(name, namespace)
-    if not pod.spec or not pod.spec.node_name:
+    kube = _kube(api)
+    pod = read_pod(kube, namespace, name)
+    if not (pod.get("spec") or {}).get("nodeName"):
         raise ValueError(f"pod {namespace}/{name} is not bound to a node")
     now = _now()
     flag = "True" if ready else "False"
@@ -173,11 +169,7 @@ def set_pod_ready(api: client.ApiClient, namespace: str, name: str, ready: bool 
         "hostIP": "127.0.0.1",
         "podIP": _pod_ip(namespace, name),
         "podIPs": [{"ip": _pod_ip(namespace, name)}],
-        "startTime": (
-            pod.status.start_time.strftime("%Y-%m-%dT%H:%M:%SZ")
-            if pod.status and pod.status.start_time
-            else now
-        ),
+        "startTime": (pod.get("status") or {}).get("startTime") or now,
         "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
@@ -196,25 +188,27 @@ def set_pod_ready(api: client.ApiClient, namespace: str, name: str, ready: bool 
             }
         ],
     }
-    return core.patch_namespaced_pod_status(name, namespace, {"status": status})
+    return kube.request("PATCH", f"{_pod_path(namespace, name)}/status", {"status": status}, STRATEGIC)
 
 
-def pod_name(pod: client.V1Pod) -> str:
-    """The name of a pod the API returned (the client types every field as optional)."""
-    if pod.metadata is None or pod.metadata.name is None:
+def pod_name(pod: Obj) -> str:
+    """The name of a pod the API returned."""
+    name = (pod.get("metadata") or {}).get("name")
+    if not name:
         raise ValueError("the API returned a pod without a name")
-    return str(pod.metadata.name)
+    return str(name)
 
 
-def pod_node(pod: client.V1Pod) -> str:
+def pod_node(pod: Obj) -> str:
     """The node a bound pod runs on."""
-    if pod.spec is None or pod.spec.node_name is None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
         raise ValueError(f"pod {pod_name(pod)} is not bound to a node")
-    return str(pod.spec.node_name)
+    return str(node)
 
 
 def start_pods(
-    api: client.ApiClient,
+    api: Api,
     namespace: str,
     prefix: str,
     count: int,
@@ -224,68 +218,55 @@ def start_pods(
     hold: bool = False,
     ready: bool = True,
     first: int = 0,
-) -> list[client.V1Pod]:
+) -> list[Obj]:
     """Create ``prefix-{first}`` … ``prefix-{first+count-1}``, bind them round-robin over
     ``nodes`` and flip them to Running (Ready unless ``ready=False``). Returns the final pods."""
     if not nodes:
         raise ValueError("start_pods needs at least one node")
+    kube = _kube(api)
     pods = []
     for i in range(first, first + count):
         name = f"{prefix}-{i}"
-        create_pod(api, namespace, name, labels, hold=hold)
-        bind_pod(api, namespace, name, nodes[i % len(nodes)])
-        pods.append(set_pod_ready(api, namespace, name, ready))
+        create_pod(kube, namespace, name, labels, hold=hold)
+        bind_pod(kube, namespace, name, nodes[i % len(nodes)])
+        pods.append(set_pod_ready(kube, namespace, name, ready))
     return pods
 
 
-def mark_terminating(
-    api: client.ApiClient, namespace: str, name: str, grace_period_seconds: int = 30
-) -> client.V1Pod:
+def mark_terminating(api: Api, namespace: str, name: str, grace_period_seconds: int = 30) -> Obj:
     """Delete the pod the way ``kubectl delete`` does, leaving it Terminating.
 
     :data:`HOLD_FINALIZER` is added first when missing, so the pod keeps its
     ``deletionTimestamp`` whether or not it is bound. Finish with :func:`delete_pod`.
     """
-    core = _core(api)
-    pod = core.read_namespaced_pod(name, namespace)
-    finalizers = list(pod.metadata.finalizers or []) if pod.metadata else []
+    kube = _kube(api)
+    pod = read_pod(kube, namespace, name)
+    finalizers = list((pod.get("metadata") or {}).get("finalizers") or [])
     if HOLD_FINALIZER not in finalizers:
         # A JSON patch with a test on resourceVersion would be stricter; the finalizer list
         # is only ever changed by these helpers.
-        core.patch_namespaced_pod(
-            name, namespace, {"metadata": {"finalizers": [*finalizers, HOLD_FINALIZER]}}
-        )
-    core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_period_seconds)
-    return core.read_namespaced_pod(name, namespace)
+        body = {"metadata": {"finalizers": [*finalizers, HOLD_FINALIZER]}}
+        kube.request("PATCH", _pod_path(namespace, name), body, STRATEGIC)
+    kube.request("DELETE", f"{_pod_path(namespace, name)}?gracePeriodSeconds={grace_period_seconds}")
+    return read_pod(kube, namespace, name)
 
 
-def delete_pod(
-    api: client.ApiClient, namespace: str, name: str, *, wait: bool = True, timeout: float = 60.0
-) -> None:
+def delete_pod(api: Api, namespace: str, name: str, *, wait: bool = True, timeout: float = 60.0) -> None:
     """Remove the pod for good: drop its finalizers and delete it with grace period 0.
 
     With ``wait`` the call returns once the pod is gone. A missing pod is not an error.
     """
-    core = _core(api)
+    kube = _kube(api)
+    path = _pod_path(namespace, name)
     try:
         # Strategic merge patch: null removes the whole list.
-        core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
-        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-    except ApiException as exc:
+        kube.request("PATCH", path, {"metadata": {"finalizers": None}}, STRATEGIC)
+        kube.request("DELETE", f"{path}?gracePeriodSeconds=0")
+    except ApiError as exc:
         if exc.status != 404:
             raise
         return
     if not wait:
         return
-    deadline = deadline_after(timeout)
-    while time.monotonic() < deadline:
-        try:
-            core.read_namespaced_pod(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            raise
-        time.sleep(0.1)
-    raise TimeoutError(
-        f"pod {namespace}/{name} still present {timeout:.0f} s (scaled for load) after a forced delete"
-    )
+    what = f"pod {namespace}/{name} to go after a forced delete"
+    wait_for(what, lambda: kube.absent(path), timeout, 0.1, TimeoutError)

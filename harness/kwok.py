@@ -12,7 +12,7 @@ created with ``spec.nodeName`` set (:func:`pod_body`).
 
 The binary is built once from Go modules by hack/build-kwok.sh into the per-user cache (see
 docs/scale.md). Like the cluster's own components, kwok runs in its own process group and is killed
-by the kernel if the Python process dies (``_Component``).
+by the kernel if the Python process dies (``Component``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 from harness import polling
-from harness.cluster import ClusterError, LocalCluster, _Component, cache_dir, free_port
+from harness.cluster import ClusterError, LocalCluster, cache_dir
+from harness.processes import Component, Service, free_port
 
 KWOK_VERSION = "v0.8.0"
 """The release hack/build-kwok.sh builds (its DEFAULT_VERSION)."""
@@ -116,7 +116,7 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-class Kwok:
+class Kwok(Service):
     """kwok's controller against ``cluster``, managing the nodes annotated ``kwok.x-k8s.io/node=fake``.
 
     Use as a context manager, or :meth:`start` and :meth:`stop`, from a thread that outlives it
@@ -128,7 +128,7 @@ class Kwok:
         self.version = version
         self._build = build
         self.port = 0
-        self._component: _Component | None = None
+        self._component: Component | None = None
 
     @property
     def pid(self) -> int:
@@ -161,7 +161,7 @@ class Kwok:
             raise ClusterError(f"kwok {self.version} is not built; run hack/build-kwok.sh")
         self.port = free_port()
         env = {**self.cluster.env, "HOME": str(self.cluster.workdir)}  # kwok keeps nothing in the real home
-        self._component = _Component(
+        self._component = Component(
             "kwok", self.argv(home), self.cluster.workdir / "logs" / "kwok.log", env=env
         )
         self._component.start()
@@ -195,11 +195,3 @@ class Kwok:
             self._component.stop(5.0)
             self._component = None
         _live.discard(self)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -34,11 +34,9 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -49,15 +47,12 @@ from typing import Any, Self
 from harness import node_host, polling
 from harness.cluster import (
     HELM_VERSION,
-    SERVICE_ACCOUNT_ISSUER,
     SERVICE_CIDR,
     ClusterError,
     LocalCluster,
-    _Component,
     _install_cleanup,
     _live,
     cache_dir,
-    free_port,
     resolve_version,
 )
 from harness.containerd import (
@@ -69,6 +64,7 @@ from harness.containerd import (
     write_registry_hosts,
 )
 from harness.node_host import CONTAINERD_SOCKET, NODE_ROOT, RUN_ROOT, HostError, HostState, MachineLock
+from harness.processes import Component, free_port, run_command, stop_on_ctrl_c
 
 NODE_NAME = "mqbalance-node"
 NODE_IP = os.environ.get("MQBALANCE_NODE_IP", "198.18.0.1")
@@ -173,11 +169,11 @@ class _NodeRun:
     def __init__(self, spec: NodeSpec) -> None:
         self.spec = spec
         self.ctr = Ctr(spec.socket)
-        self.containerd: _Component | None = None
-        self.kubelet: _Component | None = None
-        self.proxy: _Component | None = None
+        self.containerd: Component | None = None
+        self.kubelet: Component | None = None
+        self.proxy: Component | None = None
 
-    def components(self) -> list[_Component]:
+    def components(self) -> list[Component]:
         return [c for c in (self.containerd, self.kubelet, self.proxy) if c is not None]
 
 
@@ -312,6 +308,8 @@ class RealNode(LocalCluster):
     (:func:`node_specs`); the control plane and kube-scheduler stay on the machine.
     """
 
+    listen_address = NODE_IP
+
     def __init__(
         self,
         workdir: str | os.PathLike[str] | None = None,
@@ -324,7 +322,6 @@ class RealNode(LocalCluster):
     ) -> None:
         self.specs = node_specs(nodes)
         self.version = resolve_version(version)
-        self.minor = _minor(self.version)
         super().__init__(
             workdir,
             bin_dir=bin_dir_for(self.version),
@@ -335,7 +332,7 @@ class RealNode(LocalCluster):
         self.images = images
         self._machine = MachineLock()
         self._host_state: HostState | None = None
-        self._scheduler: _Component | None = None
+        self._scheduler: Component | None = None
         self._nodes = {spec.name: _NodeRun(spec) for spec in self.specs}
         users = [f"system:node:{spec.name}" for spec in self.specs]
         self._tokens = {
@@ -351,12 +348,6 @@ class RealNode(LocalCluster):
         """Called first by :meth:`stop` (undo faults: :class:`harness.netfault.Faults`)."""
 
     # -- public properties -----------------------------------------------------------------------
-
-    @property
-    def server(self) -> str:
-        if not self._apiserver_port:
-            raise ClusterError("cluster not started")
-        return f"https://{NODE_IP}:{self._apiserver_port}"
 
     @property
     def helm(self) -> Path:
@@ -409,14 +400,14 @@ class RealNode(LocalCluster):
             and len(self._node_components()) == 1 + 3 * len(self.specs)
         )
 
-    def _node_components(self) -> list[_Component]:
+    def _node_components(self) -> list[Component]:
         comps = [self._scheduler] + [c for run in self._nodes.values() for c in run.components()]
         return [c for c in comps if c is not None]
 
     def logs(self, lines: int = 25) -> str:
         parts = [super().logs(lines)]
         for comp in self._node_components():
-            parts.append(f"--- {comp.name} ({comp.log_path}) ---\n{comp.tail(lines)}")
+            parts.append(f"--- {comp.name} ({comp.log}) ---\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -557,24 +548,9 @@ class RealNode(LocalCluster):
 
     def _write_pki(self) -> None:
         super()._write_pki()
-        pki = self.workdir / "pki"
         # kube-apiserver -> kubelet (logs, exec, port-forward): a client in system:masters.
-        ext = pki / "client.ext"
-        ext.write_text(
-            "basicConstraints=critical,CA:FALSE\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth\n"
-        )
-        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
-        key, csr, crt = (pki / f"apiserver-kubelet-client.{s}" for s in ("key", "csr", "crt"))
-        self._openssl(
-            "req", *ec, "-nodes", "-keyout", str(key), "-out", str(csr),
-            "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client",
-        )  # fmt: skip
-        self._openssl(
-            "x509", "-req", "-in", str(csr), "-days", "3650", "-CA", str(pki / "ca.crt"),
-            "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-extfile", str(ext), "-out", str(crt),
-        )  # fmt: skip
+        subject = "/O=system:masters/CN=kube-apiserver-kubelet-client"
+        self._issue("apiserver-kubelet-client", subject, "ca", "clientAuth")
 
     def _write_auth(self) -> None:
         super()._write_auth()
@@ -609,57 +585,22 @@ class RealNode(LocalCluster):
         suffix = "" if len(self.specs) == 1 else f"-{run.spec.letter}"
         return self.workdir / "logs" / f"{component}{suffix}.log"
 
-    def _start_apiserver(self) -> None:
-        pki = self.workdir / "pki"
-        argv = [
-            str(self.bin_dir / "kube-apiserver"),
-            f"--advertise-address={NODE_IP}",
-            f"--bind-address={NODE_IP}",
-            f"--secure-port={self._apiserver_port}",
-            *(["--insecure-port=0"] if self.minor < 24 else []),
-            f"--etcd-servers={self.etcd_url}",
-            f"--cert-dir={pki}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
+    def _apiserver_flags(self, pki: Path) -> list[str]:
+        return [
             f"--client-ca-file={pki / 'ca.crt'}",
-            f"--token-auth-file={pki / 'tokens.csv'}",
             f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP",
-            "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
-            *self._aggregation_flags(),
             # Straight to an APIService's pod, not through its Service's cluster IP.
             "--enable-aggregator-routing=true",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--profiling=false",
-            "--v=1",
         ]
-        self._apiserver = _Component("kube-apiserver", argv, self.workdir / "logs" / "kube-apiserver.log")
-        self._apiserver.start()
-        self._wait_apiserver_ready(self._apiserver)
 
-    def _start_controller_manager(self) -> None:
-        pki = self.workdir / "pki"
-        off = self._controllers_off()
-        argv = [
-            str(self.bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1",
-            *(["--port=0"] if self.minor < 24 else []),
-            "--secure-port=0",
-            "--leader-elect=false",
-            f"--controllers={','.join(['*', *(f'-{c}' for c in off)])}",
+    def _controller_manager_flags(self) -> list[str]:
+        return [
             # One identity per controller: the node lifecycle controller's own rights are what
             # lets it lift the not-ready taint.
             "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cluster-cidr={POD_CIDR}",
             "--allocate-node-cidrs=false",
             # A stopped kubelet turns the node NotReady within 16 s (default 40 s).
@@ -667,19 +608,7 @@ class RealNode(LocalCluster):
             "--node-monitor-grace-period=16s",
             # HorizontalPodAutoscalers act within seconds (default 15 s): tests wait for them.
             "--horizontal-pod-autoscaler-sync-period=2s",
-            "--kube-api-qps=100",
-            "--kube-api-burst=200",
-            "--v=1",
         ]
-        self._controller_manager = _Component(
-            "kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log"
-        )
-        self._controller_manager.start()
-        self._wait(
-            "kube-controller-manager (default service account)",
-            self._controller_manager,
-            lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
-        )
 
     def _controllers_off(self) -> list[str]:
         """Everything a node needs runs (node lifecycle, service accounts and their tokens, ...) but
@@ -728,7 +657,7 @@ class RealNode(LocalCluster):
         config = config_dir / "containerd.toml"
         # render_config() names the single node's socket; each node has its own.
         config.write_text(render_config(layout).replace(str(CONTAINERD_SOCKET), str(spec.socket)))
-        run.containerd = _Component(
+        run.containerd = Component(
             "containerd", spec.argv(["containerd", "--config", str(config)]), self._log(run, "containerd")
         )
         run.containerd.start()
@@ -776,7 +705,7 @@ class RealNode(LocalCluster):
             "--leader-elect=false",
             "--v=1",
         ]
-        self._scheduler = _Component("kube-scheduler", argv, self.workdir / "logs" / "kube-scheduler.log")
+        self._scheduler = Component("kube-scheduler", argv, self.workdir / "logs" / "kube-scheduler.log")
         self._scheduler.start()
         self._wait(
             "kube-scheduler /healthz", self._scheduler, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz")
@@ -849,7 +778,7 @@ class RealNode(LocalCluster):
                 f"--container-runtime-endpoint=unix://{spec.socket}",
                 f"--pod-infra-container-image={self.images.pause}",
             ]
-        run.kubelet = _Component("kubelet", spec.argv(argv), self._log(run, "kubelet"))
+        run.kubelet = Component("kubelet", spec.argv(argv), self._log(run, "kubelet"))
         run.kubelet.start()
 
     def _start_proxy(self, run: _NodeRun) -> None:
@@ -876,7 +805,7 @@ class RealNode(LocalCluster):
             f"--metrics-bind-address={health_host}:{metrics}",
             "--v=1",
         ]
-        run.proxy = _Component("kube-proxy", spec.argv(argv), self._log(run, "kube-proxy"))
+        run.proxy = Component("kube-proxy", spec.argv(argv), self._log(run, "kube-proxy"))
         run.proxy.start()
         self._wait(
             "kube-proxy /healthz", run.proxy, lambda: _http_ok(f"http://{health_host}:{healthz}/healthz")
@@ -920,10 +849,13 @@ class RealNode(LocalCluster):
             "delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force", "--wait=false",
             check=False, timeout=60,
         )  # fmt: skip
-        deadline = polling.deadline(60)
         ctrs = [run.ctr for run in self._nodes.values()]
-        while time.monotonic() < deadline and any(c.up() and c.containers() for c in ctrs):
-            time.sleep(0.2)
+        with contextlib.suppress(TimeoutError):  # best effort: the stop carries on after 60 s
+            polling.wait_for(
+                "the nodes' containers to go",
+                lambda: not any(c.up() and c.containers() for c in ctrs),
+                60, 0.2, TimeoutError,
+            )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -959,8 +891,7 @@ def _http_ok(url: str) -> bool:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c()
     node = RealNode(args.dir, version=args.version, nodes=args.nodes)
     started = time.monotonic()
     with node:
@@ -977,16 +908,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             f"# images: {node.images.mqbalance}, {node.images.pause}; logs: {node.workdir / 'logs'}",
             file=sys.stderr,
         )
-        print(f"export KUBECONFIG={node.kubeconfig}", flush=True)
-        print("# press Ctrl-C to stop (everything is torn down)", file=sys.stderr, flush=True)
-        try:
-            while node.running:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            print("\n# stopping", file=sys.stderr)
-            return 0
-        print(f"a component exited unexpectedly:\n{node.logs()}", file=sys.stderr)
-        return 1
+        return node.serve_until_interrupted(" (everything is torn down)")
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -1031,12 +953,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 default=1,
                 help=f"1 (default) to {MAX_NODES}: one zone and network namespace each",
             )
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (ClusterError, HostError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_command(parser, argv, (ClusterError, HostError))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -351,10 +350,13 @@ def kill_pids(pids: Iterable[int], timeout: float = 5.0) -> None:
     for pid in pending:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = polling.deadline(timeout)
-    while pending and time.monotonic() < deadline:
-        pending = [p for p in pending if Path(f"/proc/{p}").exists() and not _zombie(p)]
-        time.sleep(0.05)
+
+    def gone() -> bool:
+        pending[:] = [p for p in pending if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        return not pending
+
+    with contextlib.suppress(TimeoutError):  # best effort: the caller carries on after the timeout
+        polling.wait_for("the killed processes to go", gone, timeout, 0.05, TimeoutError)
 
 
 def _zombie(pid: int) -> bool:

@@ -13,9 +13,13 @@ and then scaled here, in one place, for the machine it runs on (``timeout_scale`
   wait that began on a quiet machine which then got busy is given the longer allowance too.
 
 A longer deadline costs nothing when things work (the wait returns as soon as its condition holds);
-it only delays the report of a real failure. ``wait_for`` applies the scale itself; hand-written
-loops take their deadline from ``deadline(seconds)`` and subprocess/HTTP calls that wait for the
-world take ``scaled(seconds)``.
+it only delays the report of a real failure. ``wait_for`` is the harness's and the tests' one
+waiting helper and applies the scale itself: a probe that sees the awaited thing die raises (a
+process that exited), errors a probe may meet before the world is up are named (``retry_on``)
+and the last one is reported, and ``details`` adds what explains a failure (the end of a log).
+A wait that may give up and carry on (a best-effort clean-up) catches its ``error``. Subprocess
+and HTTP calls that wait for the world take ``scaled(seconds)``; ``deadline(seconds)`` is for the
+benchmarks' measuring loops, which count what arrived by a deadline rather than wait for one thing.
 """
 
 from __future__ import annotations
@@ -84,26 +88,38 @@ def wait_for(
     timeout: float = 60.0,
     interval: float = 0.05,
     error: type[Exception] = AssertionError,
+    *,
+    retry_on: tuple[type[Exception], ...] = (),
+    details: Callable[[], str] | None = None,
 ) -> T:
     """Call ``probe`` until it returns something truthy and return that.
 
     ``timeout`` is the allowance on an unloaded machine; the wait gives up after
     ``scaled(timeout)`` seconds (see the module's docstring) and raises ``error`` naming ``what``,
-    the time waited and the last value seen.
+    the time waited and the last value seen (or the last of the ``retry_on`` errors the probe
+    raised, which count as "not yet"), followed by ``details()`` where given. Any other exception
+    from ``probe`` ends the wait at once.
     """
     started = time.monotonic()
     allowed = scaled(timeout)
+    last: object = None
     while True:
-        value = probe()
-        if value:
-            return value
+        try:
+            value = probe()
+        except retry_on as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            if value:
+                return value
+            last = value
         waited = time.monotonic() - started
         if waited > allowed:
             allowed = max(allowed, scaled(timeout))  # the machine may have got busier meanwhile
             if waited > allowed:
                 stretch = allowed / timeout if timeout > 0 else 1.0
-                raise error(
+                message = (
                     f"timed out after {waited:.1f} s (allowance {timeout:g} s, x{stretch:.2g} for load and"
-                    f" {SCALE_ENV}) waiting for {what} (last: {value!r})"
+                    f" {SCALE_ENV}) waiting for {what} (last: {last!r})"
                 )
+                raise error(f"{message}:\n{details()}" if details is not None else message)
         time.sleep(interval)

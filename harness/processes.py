@@ -1,28 +1,116 @@
-"""The product's processes as tests, benchmarks and the demo run them: ``mqbalance operator`` and
-``mqbalance sidecar`` as subprocesses against a cluster, each logging to its own file."""
+"""Every process the harness runs, on one base: :class:`ManagedProcess`.
+
+A child process logging to a file, started, checked, stopped with SIGTERM (then SIGKILL) or killed
+outright. :class:`Component` is the long-running server the harness starts for a test (the
+control plane's components, RocketMQ's and Spark's JVMs, kwok, Prometheus): its own process group,
+which every signal reaches, and killed by the kernel with the thread that started it.
+:class:`OperatorProcess` and :class:`SidecarProcess` are ``mqbalance operator`` and
+``mqbalance sidecar`` as subprocesses against a cluster; ``harness.e2e.JavaProgram`` the end-to-end
+run's Java clients.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
 
-from harness.cluster import LocalCluster, free_port
 from harness.polling import scaled, wait_for
 from mqbalance.journal import JournalRecord
 from mqbalance.sidecar.client import SidecarClient
 
+if TYPE_CHECKING:
+    from harness.cluster import LocalCluster
+
 REPO = Path(__file__).resolve().parents[1]
+
+ErrorTypes = type[Exception] | tuple[type[Exception], ...]
 
 
 class ProcessExited(AssertionError):
     """A process stopped that should still run; the message holds the end of its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: if the Python process is killed outright (SIGKILL, CI
+    # timeout) the kernel kills the component too, so nothing is left behind. SIGKILL, not
+    # SIGTERM: with no owner left nobody waits for a graceful stop, and a current kube-apiserver
+    # takes a minute over one. Linux ties this to the thread that started the child, which is
+    # why start() is documented as belonging to a long-lived thread.
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+class Service:
+    """What the harness starts for a test and stops after it (a control plane, RocketMQ, Spark,
+    kwok): ``with`` starts it and stops it."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None, errors: ErrorTypes) -> int:
+    """A harness command line: the subcommand ``parser`` picks (``args.func``) run, the ``errors``
+    it expects printed as ``error: ...`` with exit code 1."""
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except errors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def stop_on_ctrl_c() -> None:
+    """An ``up`` command is stopped with Ctrl-C, even when started with SIGINT ignored (a
+    background job of a non-interactive shell)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def serve_until_interrupted(
+    export: str, running: Callable[[], bool], logs: Callable[[], str], hint: str = ""
+) -> int:
+    """An ``up`` command's last step: print ``export`` (for ``eval``), then run until Ctrl-C (0) or
+    until ``running`` turns false (1, ``logs()`` printed)."""
+    print(export, flush=True)
+    print(f"# press Ctrl-C to stop{hint}", file=sys.stderr, flush=True)
+    try:
+        while running():
+            time.sleep(1)
+    except KeyboardInterrupt:
+        print("\n# stopping", file=sys.stderr)
+        return 0
+    print(f"a component exited unexpectedly:\n{logs()}", file=sys.stderr)
+    return 1
 
 
 def mqbalance_argv(*args: str) -> list[str]:
@@ -51,21 +139,44 @@ def cluster_env(cluster: LocalCluster, **extra: str) -> dict[str, str]:
 
 
 class ManagedProcess:
-    """A child process logging to a file: stopped with SIGTERM (then SIGKILL), or killed outright."""
+    """A child process logging to a file: stopped with SIGTERM (then SIGKILL), or killed outright.
+
+    ``env`` None inherits this process's environment. ``group``: the child leads its own process
+    group (a terminal's Ctrl-C does not reach it) and every signal goes to the whole group, so
+    nothing it started lingers. ``with_parent_death``: the kernel SIGKILLs it when the thread that
+    started it dies, even by SIGKILL (Linux). ``stdin``: ``subprocess.PIPE`` to write to it.
+    """
+
+    tail_lines = 40
+    scale_grace = True
+    """Whether a stop's grace is stretched for the machine's load (``harness.polling.scaled``)."""
 
     def __init__(
         self,
         name: str,
         argv: list[str],
-        env: Mapping[str, str],
+        env: Mapping[str, str] | None,
         log: Path,
         error: type[Exception] = ProcessExited,
+        *,
+        group: bool = False,
+        with_parent_death: bool = False,
+        stdin: int = subprocess.DEVNULL,
+        cwd: Path | None = REPO,
     ) -> None:
         self.name = name
         self.argv = argv
-        self.env = dict(env)
+        self.env = dict(env) if env is not None else None
         self.log = log
         self.error = error
+        self.group = group
+        preexec = _die_with_parent if with_parent_death and sys.platform == "linux" else None
+        self._options: dict[str, Any] = {
+            "stdin": stdin,
+            "cwd": cwd,
+            "start_new_session": group,
+            "preexec_fn": preexec,
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.kills = 0
         self.started_at = 0.0
@@ -76,22 +187,23 @@ class ManagedProcess:
         self.started_at = time.perf_counter()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, **self._options
             )
+
+    def start(self) -> None:
+        self.spawn()
 
     @property
     def pid(self) -> int:
         assert self.proc is not None, f"the {self.name} is not running"
         return self.proc.pid
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.running()
 
     @property
     def returncode(self) -> int | None:
@@ -102,32 +214,67 @@ class ManagedProcess:
         if self.proc is not None and self.proc.poll() is not None:
             raise self.error(f"the {self.name} exited with code {self.proc.returncode}:\n{self.tail()}")
 
+    def _signal(self, proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        if self.group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+
     def stop(self, timeout: float = 30) -> None:
-        if self.proc is None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds of grace (at once when 0); a group's
+        stragglers are killed after its leader."""
+        proc = self.proc
+        if proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(scaled(timeout))
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
         self.proc = None
+        if proc.poll() is None:
+            self._signal(proc, signal.SIGTERM if timeout > 0 else signal.SIGKILL)
+            try:
+                proc.wait((scaled(timeout) if self.scale_grace else timeout) if timeout > 0 else None)
+            except subprocess.TimeoutExpired:
+                self._signal(proc, signal.SIGKILL)
+                proc.wait()
+        if self.group:  # the leader is gone; make sure nothing else in its group lingers
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def kill(self) -> None:
         """SIGKILL, the way a node failure or the OOM killer ends a process."""
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGKILL)
+        self._signal(self.proc, signal.SIGKILL)
         self.proc.wait()
         self.proc = None
         self.kills += 1
 
-    def tail(self, lines: int = 40) -> str:
+    def tail(self, lines: int | None = None) -> str:
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log.read_text(errors="replace")
         except OSError:
             return "(no log)"
+        return "\n".join(text.splitlines()[-(lines or self.tail_lines) :])
+
+
+class Component(ManagedProcess):
+    """A server the harness runs for a test (a control-plane component, a RocketMQ or Spark JVM,
+    kwok, Prometheus): its own process group, killed with the thread that started it, its start
+    written into its log. Its stop's grace is fixed per component (the API server's 2 s skips its
+    watch drain), not stretched for load."""
+
+    tail_lines = 25
+    scale_grace = False
+
+    def __init__(self, name: str, argv: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(name, argv, env, log, group=True, with_parent_death=True, cwd=None)
+
+    def spawn(self) -> None:
+        with self.log.open("ab") as out:
+            out.write(f"\n=== starting {self.name}: {' '.join(self.argv)}\n".encode())
+        super().spawn()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        super().stop(timeout)
 
 
 def _http_ok(url: str) -> bool:

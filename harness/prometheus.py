@@ -22,8 +22,8 @@ from typing import Any, Self
 
 import yaml
 
-from harness.cluster import _Component, free_port
 from harness.polling import wait_for
+from harness.processes import Component, free_port
 
 RULES = Path(__file__).resolve().parents[1] / "charts" / "mqbalance" / "files" / "prometheus-rules.yaml"
 OPERATOR_PORT, SIDECAR_PORT = "metrics", "mqb-metrics"
@@ -106,7 +106,7 @@ class Prometheus:
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         (workdir / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
         self._write_targets()
-        self._process = _Component(
+        self._process = Component(
             "prometheus",
             [
                 str(binary()),

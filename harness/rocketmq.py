@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,11 +31,11 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from harness import polling
-from harness.cluster import _Component, cache_dir
+from harness.cluster import cache_dir
+from harness.processes import Component, Service, run_command, serve_until_interrupted, stop_on_ctrl_c
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
@@ -212,20 +210,12 @@ def _free_port_block(offsets: Sequence[int]) -> int:
 class _PortTaken(Exception):
     """A server lost the race for a port picked free (other test runs start servers too)."""
 
-    def __init__(self, proc: _Component) -> None:
+    def __init__(self, proc: Component) -> None:
         super().__init__(proc.name)
         self.proc = proc
 
 
-class _JavaProcess(_Component):
-    """A RocketMQ server JVM; its console output is its own log file. Start RocketMQ from a thread
-    that outlives it (normally the main thread): the JVM dies with that thread."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
-        super().__init__(name, argv, log_path, env)
-
-
-class RocketMQ:
+class RocketMQ(Service):
     """NameServer + Brokers of one RocketMQ release on 127.0.0.1.
 
     Use as a context manager. ``brokers`` names the broker groups (one master each); ``zones``
@@ -263,11 +253,11 @@ class RocketMQ:
             raise ValueError(f"slaves {self.slave_names} name brokers not in {self.broker_names}")
         self.namesrv_port = 0
         self.broker_ports: dict[str, int] = {}
-        self._namesrv: _JavaProcess | None = None
-        self._brokers: dict[str, _JavaProcess] = {}
+        self._namesrv: Component | None = None
+        self._brokers: dict[str, Component] = {}
         self.slave_ports: dict[str, int] = {}
-        self._slaves: dict[str, _JavaProcess] = {}
-        self._stopped_masters: dict[str, _JavaProcess] = {}
+        self._slaves: dict[str, Component] = {}
+        self._stopped_masters: dict[str, Component] = {}
         self._lock = threading.RLock()
         self.started_in = 0.0
 
@@ -437,14 +427,6 @@ class RocketMQ:
 
         self._wait_for(f"the master of {name} to register again", back)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # -- helpers for callers -----------------------------------------------------------------
 
     def create_topic(
@@ -561,8 +543,8 @@ class RocketMQ:
         for name, proc in procs:
             if proc is None:
                 continue
-            parts.append(f"--- {name} console ({proc.log_path}) ---\n{proc.tail(lines)}")
-            server_log = proc.log_path.with_suffix(".log")
+            parts.append(f"--- {name} console ({proc.log}) ---\n{proc.tail(lines)}")
+            server_log = proc.log.with_suffix(".log")
             if server_log.is_file():
                 tail = "\n".join(server_log.read_text(errors="replace").splitlines()[-lines:])
                 parts.append(f"--- {name} log ({server_log}) ---\n{tail}")
@@ -658,7 +640,7 @@ class RocketMQ:
             "-c",
             str(conf),
         ]
-        self._namesrv = _JavaProcess("namesrv", argv, self.workdir / "logs" / "namesrv.out", self._env())
+        self._namesrv = Component("namesrv", argv, self.workdir / "logs" / "namesrv.out", self._env())
         self._namesrv.start()
         self._wait_for("NameServer", self._cluster_info_or_none, self._namesrv)
 
@@ -699,7 +681,7 @@ class RocketMQ:
             str(conf),
         ]
         env = {**self._env(), **({"ROCKETMQ_ZONE": self.zones[name]} if name in self.zones else {})}
-        proc = _JavaProcess(f"broker {label}", argv, self.workdir / "logs" / f"broker-{label}.out", env)
+        proc = Component(f"broker {label}", argv, self.workdir / "logs" / f"broker-{label}.out", env)
         (self._slaves if slave else self._brokers)[name] = proc
         proc.start()
 
@@ -739,28 +721,20 @@ class RocketMQ:
 
         self._wait_for(f"brokers {', '.join(self.broker_names)} to register", all_registered)
 
-    def _wait_for(self, what: str, probe: Callable[[], T | None], proc: _JavaProcess | None = None) -> T:
-        started = time.monotonic()
-        deadline = polling.deadline(self.ready_timeout)
-        while time.monotonic() < deadline:
+    def _wait_for(self, what: str, probe: Callable[[], T | None], proc: Component | None = None) -> T:
+        def ready() -> T | None:
             for p in [self._namesrv, *self._brokers.values(), proc]:
                 if p is not None and not p.running():
                     if "Address already in use" in p.tail(200):
                         raise _PortTaken(p)
                     raise RocketMQError(f"{p.name} exited while waiting for {what}:\n{self.logs()}")
-            result = probe()
-            if result is not None:
-                return result
-            time.sleep(0.1)
-        raise RocketMQError(
-            f"timed out after {time.monotonic() - started:.0f} s (allowance {self.ready_timeout:.0f} s,"
-            f" scaled for load and {polling.SCALE_ENV}) waiting for {what}:\n{self.logs()}"
-        )
+            return probe()
+
+        return polling.wait_for(what, ready, self.ready_timeout, 0.1, RocketMQError, details=self.logs)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c()
     brokers = [f"broker-{chr(ord('a') + i)}" for i in range(args.brokers)]
     with RocketMQ(args.version, brokers=brokers, workdir=args.dir) as mq:
         print(
@@ -771,12 +745,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             topic, _, queues = spec.partition(":")
             mq.create_topic(topic, int(queues or 4))
             print(f"# topic {topic}: {queues or 4} queues on each broker", file=sys.stderr)
-        print(f"export NAMESRV_ADDR={mq.namesrv_addr}", flush=True)
-        print("# press Ctrl-C to stop", file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(1)
-    return 0
+        return serve_until_interrupted(f"export NAMESRV_ADDR={mq.namesrv_addr}", lambda: True, mq.logs)
 
 
 def raw_exchange(address: str, command: RemotingCommand, timeout: float = 5.0) -> bytes:
@@ -842,12 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     capture.add_argument("--version", default=DEFAULT_VERSION)
     capture.add_argument("out", type=Path)
     capture.set_defaults(func=_cmd_capture)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except RocketMQError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_command(parser, argv, RocketMQError)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,11 +36,10 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
-from harness.cluster import _Component, _die_with_parent, free_port
 from harness.polling import scaled, wait_for
+from harness.processes import Component, Service, free_port
 
 LOOPBACK = "127.0.0.1"
 APP_NAME = "mqbalance-replay"
@@ -83,15 +81,13 @@ def spark_home() -> Path:
     return Path(spec.origin).parent
 
 
-class _Daemon(_Component):
+class _Daemon(Component):
     """One ``spark-class`` process in its own process group."""
+
+    tail_lines = 30
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         super().__init__(name, argv, log, env)
-
-    @property
-    def log(self) -> Path:
-        return self.log_path
 
     @property
     def pgid(self) -> int | None:
@@ -103,12 +99,9 @@ class _Daemon(_Component):
                 f"the Spark {self.name} exited with code {self.proc.returncode}:\n{self.tail()}"
             )
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         # Executors and Python workers outlive a worker for a moment: the group is killed after.
-        super().stop(grace)
-
-    def tail(self, lines: int = 30) -> str:
-        return super().tail(lines)
+        super().stop(timeout)
 
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -151,7 +144,7 @@ class DriverRun:
     """Every socket seen open, sampled every 0.2 s, by the cluster's processes and the driver's."""
 
 
-class SparkCluster:
+class SparkCluster(Service):
     """A standalone master and ``workers`` workers of one core each on 127.0.0.1.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. A driver reaches it at
@@ -312,16 +305,10 @@ class SparkCluster:
         before = {app["id"] for app in self.state().get("completedapps", [])}
         seen: set[Socket] = set()
         started = time.perf_counter()
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                env=self.driver_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+        driver = Component("driver", argv, log, self.driver_env())
+        driver.start()
+        proc = driver.proc
+        assert proc is not None
         try:
 
             def exited() -> bool:
@@ -330,12 +317,7 @@ class SparkCluster:
 
             wait_for(f"the driver {' '.join(argv[:4])}... to exit", exited, timeout, interval=0.2)
         finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            driver.stop(0)  # what is left of its group with it
         seconds = time.perf_counter() - started
         if proc.returncode != 0:
             return DriverRun(proc.returncode, seconds, "", frozenset(seen))
@@ -357,14 +339,6 @@ class SparkCluster:
 
     def logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {d.name} ({d.log})\n{d.tail(lines)}" for d in self._daemons)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 # --- who listens and connects where ---------------------------------------------------------

@@ -6,7 +6,7 @@ One cluster serves the whole test session; each test gets a fresh namespace.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from harness.cluster import LocalCluster
+from harness.processes import SidecarProcess
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]
@@ -85,3 +86,19 @@ def _release_pods(core: client.CoreV1Api, namespace: str) -> None:
         if pod.metadata.finalizers:
             core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"finalizers": None}})
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+
+
+@pytest.fixture
+def start_sidecar(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[..., SidecarProcess]]:
+    """Starts ``mqbalance sidecar ARGS`` with the cluster's kubeconfig; stops them all afterwards."""
+    started: list[SidecarProcess] = []
+
+    def start(*args: str) -> SidecarProcess:
+        proc = SidecarProcess(cluster.kubeconfig, tmp_path / f"sidecar-{len(started)}.log", *args)
+        started.append(proc)
+        proc.start()
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()

@@ -38,37 +38,23 @@ def apply_topic(
 ) -> None:
     """Create or patch Topic ``name``; ``brokers`` None leaves spec.brokers out (a route read from
     the NameServer in ``spec``)."""
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Topic",
-        "metadata": {"name": name},
-        "spec": {**({"brokers": brokers} if brokers is not None else {}), **spec},
-    }
-    try:
-        custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "topics", body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        custom(api).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "topics", name, {"spec": body["spec"]}
-        )
+    _apply(api, namespace, "Topic", name, {**({"brokers": brokers} if brokers is not None else {}), **spec})
 
 
 def apply_group(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ConsumerGroup",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    _apply(api, namespace, "ConsumerGroup", name, spec)
+
+
+def _apply(api: client.ApiClient, namespace: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+    """Create the ``kind`` (Topic, ConsumerGroup) ``name``, or patch its spec where it exists."""
+    plural = f"{kind.lower()}s"
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec}
     try:
-        custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "consumergroups", body)
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
     except ApiException as e:
         if e.status != 409:
             raise
-        custom(api).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "consumergroups", name, {"spec": spec}
-        )
+        custom(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, {"spec": spec})
 
 
 def get_group(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 import mqbalance
 from harness import kubelet
 from harness.cluster import LocalCluster
+from harness.kubeapi import KubeApi
 from harness.polling import scaled, wait_for
 
 # Any one step's allowance on an unloaded machine; each use stretches it for the machine's load
@@ -178,16 +179,8 @@ def test_garbage_collector_deletes_dependents_of_deleted_owner(
 
     core.delete_namespaced_config_map("owner", namespace)
 
-    def dependent_gone() -> bool:
-        try:
-            core.read_namespaced_config_map("dependent", namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    wait_for("garbage collection of the dependent ConfigMap", dependent_gone)
+    dependent = f"/api/v1/namespaces/{namespace}/configmaps/dependent"
+    wait_for("garbage collection of the dependent ConfigMap", lambda: KubeApi(api_client).absent(dependent))
     assert core.read_namespaced_config_map("bystander", namespace).metadata.name == "bystander"
 
 
@@ -199,12 +192,12 @@ def test_kubelet_helpers_run_a_ready_pod_on_a_zoned_node(
     api_client: client.ApiClient, namespace: str, node_name: str
 ) -> None:
     core: Any = client.CoreV1Api(api_client)
-    node: Any = kubelet.create_node(api_client, node_name, "zone-b")
-    assert node.metadata.labels[kubelet.ZONE_LABEL] == "zone-b"
-    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    node = kubelet.create_node(api_client, node_name, "zone-b")
+    assert node["metadata"]["labels"][kubelet.ZONE_LABEL] == "zone-b"
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
 
-    pods: Any = kubelet.start_pods(api_client, namespace, "consumer", 2, {"app": "consumer"}, [node_name])
-    assert [p.metadata.name for p in pods] == ["consumer-0", "consumer-1"]
+    pods = kubelet.start_pods(api_client, namespace, "consumer", 2, {"app": "consumer"}, [node_name])
+    assert [p["metadata"]["name"] for p in pods] == ["consumer-0", "consumer-1"]
     listed = core.list_namespaced_pod(namespace, label_selector="app=consumer").items
     assert len(listed) == 2
     for pod in listed:
@@ -213,14 +206,14 @@ def test_kubelet_helpers_run_a_ready_pod_on_a_zoned_node(
         assert _ready(pod)
         assert pod.status.pod_ip
 
-    not_ready: Any = kubelet.set_pod_ready(api_client, namespace, "consumer-1", ready=False)
-    assert not_ready.status.phase == "Running"
-    assert not _ready(not_ready)
+    not_ready = kubelet.set_pod_ready(api_client, namespace, "consumer-1", ready=False)
+    assert not_ready["status"]["phase"] == "Running"
+    assert not any(c["type"] == "Ready" and c["status"] == "True" for c in not_ready["status"]["conditions"])
 
-    moved: Any = kubelet.set_node_zone(api_client, node_name, "zone-c")
-    assert moved.metadata.labels[kubelet.ZONE_LABEL] == "zone-c"
-    unzoned: Any = kubelet.set_node_zone(api_client, node_name, None)
-    assert kubelet.ZONE_LABEL not in (unzoned.metadata.labels or {})
+    moved = kubelet.set_node_zone(api_client, node_name, "zone-c")
+    assert moved["metadata"]["labels"][kubelet.ZONE_LABEL] == "zone-c"
+    unzoned = kubelet.set_node_zone(api_client, node_name, None)
+    assert kubelet.ZONE_LABEL not in (unzoned["metadata"].get("labels") or {})
 
 
 def test_kubelet_helpers_terminate_and_delete(
@@ -230,9 +223,9 @@ def test_kubelet_helpers_terminate_and_delete(
     kubelet.create_node(api_client, node_name, "zone-a")
     kubelet.start_pods(api_client, namespace, "held", 1, {"app": "held"}, [node_name], hold=True)
 
-    terminating: Any = kubelet.mark_terminating(api_client, namespace, "held-0")
-    assert terminating.metadata.deletion_timestamp is not None
-    assert kubelet.HOLD_FINALIZER in terminating.metadata.finalizers
+    terminating = kubelet.mark_terminating(api_client, namespace, "held-0")
+    assert terminating["metadata"].get("deletionTimestamp") is not None
+    assert kubelet.HOLD_FINALIZER in terminating["metadata"]["finalizers"]
     # Still listed, still Running: that is what a terminating pod looks like.
     assert core.read_namespaced_pod("held-0", namespace).status.phase == "Running"
 
@@ -371,13 +364,5 @@ def test_namespace_deletion_completes(api_client: client.ApiClient, node_name: s
     kubelet.delete_pod(api_client, ns, "p-0")
     core.delete_namespace(ns)
 
-    def namespace_gone() -> bool:
-        try:
-            core.read_namespace(ns)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    wait_for("the namespace controller to remove the namespace", namespace_gone)
+    what = "the namespace controller to remove the namespace"
+    wait_for(what, lambda: KubeApi(api_client).absent(f"/api/v1/namespaces/{ns}"))

@@ -17,18 +17,23 @@ from harness.polling import scaled
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def demo_output() -> str:
+def run_demo(mode: str, allowance: float) -> str:
+    """``python -m harness.demo --mode MODE``'s output, once it succeeded within ``allowance``."""
     result = subprocess.run(
-        [sys.executable, "-m", "harness.demo", "--mode", "stand-in", "--timeout", "60"],
+        [sys.executable, "-m", "harness.demo", "--mode", mode, "--timeout", "60"],
         capture_output=True,
         text=True,
-        timeout=scaled(300),  # the demo's own waits (--timeout 60 each) scale the same way
+        timeout=scaled(allowance),  # the demo's own waits (--timeout 60 each) scale the same way
         check=False,
         cwd=REPO,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_output() -> str:
+    return run_demo("stand-in", 300)
 
 
 def section(output: str, title: str) -> list[str]:
@@ -85,9 +90,14 @@ def test_demo_shows_what_the_sidecar_serves(demo_output: str) -> None:
     assert len(set(generations)) == 3
 
 
+def group_row(lines: list[str]) -> list[str]:
+    """NAME, STRATEGY and MEMBERS of the first row of ``kubectl get consumergroups`` in the output."""
+    header = next(i for i, line in enumerate(lines) if line.startswith("NAME ") and "STRATEGY" in line)
+    return lines[header + 1].split()[:3]
+
+
 def test_demo_prints_the_consumer_groups_and_stops(demo_output: str) -> None:
     lines = demo_output.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("NAME ") and "STRATEGY" in line)
-    assert lines[header + 1].split()[:3] == ["orders-consumer", "STICKY", "4"]
+    assert group_row(lines) == ["orders-consumer", "STICKY", "4"]
     assert "==> stopping the sidecar, the operator and the control plane" in lines
     assert lines[-1].startswith("==> done in ")

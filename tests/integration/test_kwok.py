@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from harness import kubelet
 from harness.cluster import K8S_VERSION_ENV, LocalCluster
 from harness.kwok import Kwok, condition_true, node_body, pod_body, zone_of
 from harness.polling import wait_for
@@ -47,11 +47,7 @@ def fake_nodes(api_client: client.ApiClient) -> Iterator[list[str]]:
         yield names
     finally:
         for name in names:
-            try:
-                core.delete_node(name)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+            kubelet.delete_node(api_client, name)
 
 
 def test_kwok_nodes_and_pods_turn_ready_and_the_group_is_published(

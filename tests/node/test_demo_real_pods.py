@@ -7,32 +7,20 @@ Runs before the session's node (this file sorts first): one node runs per machin
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness import node_host
 from harness.node import NODE_IP, Images
-from harness.polling import scaled
-from tests.integration.test_demo import section
+from tests.integration.test_demo import group_row, run_demo, section
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def demo_output(images: Images) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.demo", "--mode", "real", "--timeout", "60"],
-        capture_output=True,
-        text=True,
-        timeout=scaled(900),  # the demo's own waits (--timeout 60 each) scale the same way
-        check=False,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return run_demo("real", 900)
 
 
 def test_demo_says_it_runs_on_real_pods(demo_output: str) -> None:
@@ -77,8 +65,7 @@ def test_demo_moves_add_up(demo_output: str) -> None:
 
 def test_demo_prints_the_group_and_tears_the_node_down(demo_output: str) -> None:
     lines = demo_output.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("NAME ") and "STRATEGY" in line)
-    assert lines[header + 1].split()[:3] == ["orders-consumer", "STICKY", "4"]
+    assert group_row(lines) == ["orders-consumer", "STICKY", "4"]
     assert "==> tearing the node down (pods, containerd, iptables rules, bridge, mounts)" in lines
     assert lines[-1].startswith("==> done in ")
     assert node_host.leftovers(NODE_IP) == []

@@ -8,9 +8,10 @@ say exactly when a reconcile happens. Integration tests run the same loop on a r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -645,9 +646,10 @@ def member_lease(pod_name: str, renewed: float) -> tuple[Any, ...]:
     return lease_record(body)
 
 
-async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_and_rejoins_on_renewal() -> (
-    None
-):
+@contextlib.asynccontextmanager
+async def leased_pair() -> AsyncIterator[Harness]:
+    """Pods p1 and p2 in a STICKY group whose members hold Leases (4 s, renewed every second,
+    2 s margin), the operator's monotonic clock the work queue's."""
     handover = {"mode": "Release", "releaseTimeoutSeconds": 1, "leaseSeconds": 4, "renewSeconds": 1}
     body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={**handover, "leaseMarginSeconds": 2})
     async with Harness() as h:
@@ -655,6 +657,14 @@ async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_an
         c.leases = LeaseTable()
         c.monotonic = lambda: h.timer.time  # the work queue's clock stands in for the monotonic one
         await start(h, body, [pod("p1"), pod("p2")])
+        yield h
+
+
+async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_and_rejoins_on_renewal() -> (
+    None
+):
+    async with leased_pair() as h:
+        c = h.controller
 
         def renew(*pods: str) -> None:
             for name in pods:
@@ -685,13 +695,8 @@ async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_an
 async def test_a_departed_owner_is_held_when_the_api_server_shows_a_renewal_the_watch_has_not_brought() -> (
     None
 ):
-    handover = {"mode": "Release", "releaseTimeoutSeconds": 1, "leaseSeconds": 4, "renewSeconds": 1}
-    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={**handover, "leaseMarginSeconds": 2})
-    async with Harness() as h:
+    async with leased_pair() as h:
         c = h.controller
-        c.leases = LeaseTable()
-        c.monotonic = lambda: h.timer.time
-        await start(h, body, [pod("p1"), pod("p2")])
         for name in ("p1", "p2"):
             c.on_lease((NS, member_lease_name(name)), None, member_lease(name, 0.0))
         await h.settle()

@@ -6,20 +6,24 @@ command line, the module named ``conftest`` may be another folder's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
-import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harness.cluster import LocalCluster
-from harness.polling import deadline, scaled
+from harness.polling import scaled, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "mqbalance"
+GROUP = "orders-consumer"
+"""The consumer group the installed chart's sidecars are narrowed to."""
 
 
 def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -43,16 +47,14 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def service_account_token(cluster: LocalCluster, namespace: str, name: str, timeout: float = 60.0) -> str:
     """A bound token of the ServiceAccount (TokenRequest), once the account exists."""
-    give_up = deadline(timeout)
-    while True:
-        status, _ = cluster.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
-        if status == 200:
-            return cluster.service_account_token(namespace, name)
-        if time.monotonic() >= give_up:
-            raise AssertionError(
-                f"ServiceAccount {namespace}/{name} did not appear within {timeout:.0f} s (scaled)"
-            )
-        time.sleep(0.2)
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}"
+    wait_for(
+        f"ServiceAccount {namespace}/{name} to appear",
+        lambda: cluster.request("GET", path)[0] == 200,
+        timeout,
+        0.2,
+    )
+    return cluster.service_account_token(namespace, name)
 
 
 def service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str, path: Path) -> Path:
@@ -105,3 +107,27 @@ milliseconds (",403") or in a fraction ("0.403"): those made the check fail by c
 def assert_no_denials(logs: str) -> None:
     found = DENIED.search(logs)
     assert found is None, f"the API server refused a call ({found.group()!r}):\n{logs}"
+
+
+@contextlib.contextmanager
+def installed(
+    cluster: LocalCluster, helm: Path, namespace: str, *values: str, cluster_wide: bool = False
+) -> Iterator[str]:
+    """The chart installed in ``namespace`` with ``values`` set, watching only that namespace (or,
+    ``cluster_wide``, all), sidecars narrowed to GROUP; uninstalled afterwards (cluster-scoped objects
+    outlive the namespace: the injector's webhook configuration, the ClusterRoles)."""
+    name = f"mqb-{uuid.uuid4().hex[:6]}"
+    watch = [] if cluster_wide else ["--set", f"operator.watchNamespaces={{{namespace}}}"]
+    run_helm(
+        helm, "install", name, str(CHART),
+        "--kubeconfig", str(cluster.kubeconfig),
+        "--namespace", namespace,
+        *watch,
+        "--set", f"sidecar.groups={{{GROUP}}}",
+        *(arg for value in values for arg in ("--set", value)),
+        "--wait=false",
+    )  # fmt: skip
+    try:
+        yield name
+    finally:
+        run_helm(helm, "uninstall", name, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace)

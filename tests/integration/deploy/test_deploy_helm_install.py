@@ -7,14 +7,12 @@ authenticated as the operator ServiceAccount, which is what the pod would do.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import json
 import os
 import subprocess
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,49 +20,26 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
 from harness.kubelet import create_node, start_pods
 from harness.polling import wait_for
-from harness.processes import ManagedProcess, mqbalance_argv
+from harness.processes import ManagedProcess, free_port, mqbalance_argv
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.journal import JournalRecord
 from mqbalance.operator.shards import ROLE_LABEL, SHARD_SET_LABEL, member_lease_name, shard_of
 from tests.integration.deploy.deploy_support import (
     CHART,
+    GROUP,
     REPO,
     assert_no_denials,
     can_i,
+    installed,
     run_helm,
     service_account_kubeconfig,
 )
 from tests.integration.operator_support import apply_group
 
-GROUP = "orders-consumer"
 TIMEOUT = 60.0
-
-
-@contextlib.contextmanager
-def installed(
-    cluster: LocalCluster, helm: Path, namespace: str, *values: str, cluster_wide: bool = False
-) -> Iterator[str]:
-    """The chart installed in ``namespace``, watching only that namespace (or, ``cluster_wide``, all),
-    sidecars narrowed to GROUP."""
-    name = f"mqb-{uuid.uuid4().hex[:6]}"
-    watch = [] if cluster_wide else ["--set", f"operator.watchNamespaces={{{namespace}}}"]
-    run_helm(
-        helm, "install", name, str(CHART),
-        "--kubeconfig", str(cluster.kubeconfig),
-        "--namespace", namespace,
-        *watch,
-        "--set", f"sidecar.groups={{{GROUP}}}",
-        *(arg for value in values for arg in ("--set", value)),
-        "--wait=false",
-    )  # fmt: skip
-    try:
-        yield name
-    finally:
-        # Cluster-scoped objects outlive the namespace: uninstall removes them.
-        run_helm(helm, "uninstall", name, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace)
 
 
 @pytest.fixture

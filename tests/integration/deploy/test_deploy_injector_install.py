@@ -6,45 +6,33 @@ token Secret authenticates as the sidecar ServiceAccount (what an injected sidec
 from __future__ import annotations
 
 import base64
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import ManagedProcess, mqbalance_argv
+from harness.processes import ManagedProcess, free_port, mqbalance_argv
 from mqbalance.contract import configmap_name
 from tests.integration.deploy.deploy_support import (
     CHART,
+    GROUP,
     assert_no_denials,
     can_i,
+    installed,
     run_helm,
     service_account_kubeconfig,
 )
 
-GROUP = "orders-consumer"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
 @pytest.fixture
 def release(cluster: LocalCluster, helm: Path, namespace: str) -> Iterator[str]:
-    name = f"mqb-{uuid.uuid4().hex[:6]}"
-    run_helm(
-        helm, "install", name, str(CHART),
-        "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
-        "--set", "injector.enabled=true",
-        "--set", f"operator.watchNamespaces={{{namespace}}}",
-        "--set", f"sidecar.groups={{{GROUP}}}",
-        "--wait=false",
-    )  # fmt: skip
-    try:
+    with installed(cluster, helm, namespace, "injector.enabled=true") as name:
         yield name
-    finally:
-        # The webhook configuration and the ClusterRole outlive the namespace: uninstall removes them.
-        run_helm(helm, "uninstall", name, "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace)
 
 
 def test_the_injector_may_touch_its_secret_and_its_webhook_configuration_only(

@@ -21,9 +21,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from harness.cluster import LocalCluster, free_port
+from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import ManagedProcess, cluster_env, mqbalance_argv
+from harness.processes import ManagedProcess, cluster_env, free_port, mqbalance_argv
 from mqbalance.injector.spec import (
     CONTAINER_NAME,
     GROUP_ANNOTATION,

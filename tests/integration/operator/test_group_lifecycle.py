@@ -94,7 +94,7 @@ def test_membership_zone_and_topic_changes(testbed: Testbed) -> None:
     assert set(doc.members) == {"life-0", "life-2"}
 
     # a member's node changes zone
-    node_of_0 = kubelet.pod_node(client.CoreV1Api(api).read_namespaced_pod("life-0", ns))
+    node_of_0 = kubelet.pod_node(kubelet.read_pod(api, ns, "life-0"))
     kubelet.set_node_zone(api, node_of_0, "zone-moved")
     doc = wait_generation(api, ns, name, doc.generation + 1)
     assert doc.reason == "zone-changed"

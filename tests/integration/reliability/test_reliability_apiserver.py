@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 import random
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -60,27 +59,11 @@ traceback not printed under one of these, fails the test."""
 
 
 @pytest.fixture
-def sidecar(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[[str, str], SidecarProcess]]:
-    started: list[SidecarProcess] = []
-
+def sidecar(start_sidecar: Callable[..., SidecarProcess]) -> Callable[[str, str], SidecarProcess]:
     def start(namespace: str, pod: str) -> SidecarProcess:
-        proc = SidecarProcess(
-            cluster.kubeconfig,
-            tmp_path / f"sidecar-{pod}.log",
-            "--pod-name",
-            pod,
-            "--namespace",
-            namespace,
-            "--group",
-            GROUP,
-        )
-        started.append(proc)
-        proc.start()
-        return proc
+        return start_sidecar("--pod-name", pod, "--namespace", namespace, "--group", GROUP)
 
-    yield start
-    for proc in started:
-        proc.stop()
+    return start
 
 
 def restart_loop(

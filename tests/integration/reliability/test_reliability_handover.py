@@ -18,7 +18,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,11 @@ def all_queues(topics: dict[str, list[MessageQueue]]) -> list[MessageQueue]:
     return [mq for t in SPEC["topics"] for mq in topics[t]]
 
 
+Round = Callable[[int, random.Random, OperatorProcess, list[MessageQueue]], OperatorProcess]
+"""One round of a reliability driver: its index, the seeded random source, the operator running
+and the group's queues in; the operator running after it out."""
+
+
 @dataclass(frozen=True)
 class HandoverRig(Rig):
     """A reliability test's rig (:class:`Rig`) with the fleet of pods of the handover group."""
@@ -240,6 +245,16 @@ class HandoverRig(Rig):
         op = self.start_operator()
         self.settled(queues)
         return queues, op
+
+    def rounds(self, rounds: int, seed: int, one: Round, max_outages: int = 0) -> dict[str, int]:
+        """The group begun (:meth:`begin`), ``one`` round run ``rounds`` times (it returns the operator
+        running after it), the operator stopped; the figures (:meth:`check_clean`)."""
+        rng = random.Random(seed)
+        queues, op = self.begin()
+        for i in range(rounds):
+            op = one(i, rng, op, queues)
+        self.stop_operator(op)
+        return self.check_clean(op, rounds, max_outages)
 
     def settled(self, queues: list[MessageQueue]) -> AssignmentDocument:
         """The document naming exactly the fleet's members, nothing releasing (:func:`settled`)."""
@@ -315,10 +330,8 @@ KILL_POINTS = ("before-acks", "after-acks", "while-acking")
 
 def operator_kill_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, int]:
     api, namespace, fleet = rig.api, rig.namespace, rig.fleet
-    rng = random.Random(seed)
-    queues, op = rig.begin()
-    kills = 0
-    for i in range(rounds):
+
+    def one(i: int, rng: random.Random, op: OperatorProcess, queues: list[MessageQueue]) -> OperatorProcess:
         what, pod, revoked = change_held(api, namespace, fleet, rng)
         # Nobody has released: the operator keeps the revoked queues from everyone.
         time.sleep(0.5)
@@ -339,7 +352,6 @@ def operator_kill_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, 
             fleet.resume_acks()
             time.sleep(rng.uniform(0.0, 0.3))
             op.kill()
-        kills += 1
         if what == "leave" and rng.random() < 0.5:
             # The pod goes while no operator runs (its drain gave up at its timeout).
             fleet.finish_leaving(pod, drained=False)
@@ -348,9 +360,9 @@ def operator_kill_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, 
         rig.settled(queues)
         if what == "leave":
             fleet.finish_leaving(pod)
-    rig.stop_operator(op)
-    figures = rig.check_clean(op, rounds)
-    return {"kills": kills, "rounds": rounds, **figures}
+        return op
+
+    return {"kills": rounds, "rounds": rounds, **rig.rounds(rounds, seed, one)}
 
 
 @pytest.mark.parametrize(
@@ -363,10 +375,8 @@ def test_operator_killed_between_revoke_and_assign(rounds: int, seed: int, hando
 
 def apiserver_rounds(rig: HandoverRig, cluster: LocalCluster, rounds: int, seed: int) -> dict[str, int]:
     fleet = rig.fleet
-    rng = random.Random(seed)
-    queues, op = rig.begin()
-    restarts = 0
-    for i in range(rounds):
+
+    def one(i: int, rng: random.Random, op: OperatorProcess, queues: list[MessageQueue]) -> OperatorProcess:
         what, pod, _ = change_held(rig.api, rig.namespace, fleet, rng)
         # The API server goes away while the applications acknowledge (their sidecars answer
         # 503 and they retry) and the operator waits for the acknowledgements. (Restarted from
@@ -375,16 +385,15 @@ def apiserver_rounds(rig: HandoverRig, cluster: LocalCluster, rounds: int, seed:
         resume.start()
         cluster.restart_apiserver(kill=i % 2 == 1)
         resume.join()
-        restarts += 1
         rig.settled(queues)
         if what == "leave":
             fleet.finish_leaving(pod)
         assert op.alive, f"the operator died:\n{op.tail()}"
-    rig.stop_operator(op)
-    # A restart breaks the watch once (refused until the new API server listens), or twice when
-    # the stopping server still answered a new watch request before it went.
-    figures = rig.check_clean(op, rounds, max_outages=2 * restarts)
-    return {"restarts": restarts, **figures}
+        return op
+
+    # A restart (one a round) breaks the watch once (refused until the new API server listens), or
+    # twice when the stopping server still answered a new watch request before it went.
+    return {"restarts": rounds, **rig.rounds(rounds, seed, one, max_outages=2 * rounds)}
 
 
 @pytest.mark.parametrize(
@@ -399,10 +408,8 @@ def test_api_server_restarted_during_a_handover(
 
 def owner_death_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, int]:
     api, namespace, fleet = rig.api, rig.namespace, rig.fleet
-    rng = random.Random(seed)
-    queues, op = rig.begin()
-    deaths = 0
-    for i in range(rounds):
+
+    def one(i: int, rng: random.Random, op: OperatorProcess, queues: list[MessageQueue]) -> OperatorProcess:
         fleet.hold_acks()
         generation = rig.document().generation
         fleet.join()
@@ -412,7 +419,6 @@ def owner_death_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, in
         if down:
             op.kill()  # the owner dies while no operator runs, too
         fleet.kill(victim)
-        deaths += 1
         if down:
             op = rig.start_operator()
         # The victim's queues need no release any more; the others' still do.
@@ -426,9 +432,9 @@ def owner_death_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, in
             fleet.start_leaving(leaving)
             rig.settled(queues)
             fleet.finish_leaving(leaving)
-    rig.stop_operator(op)
-    figures = rig.check_clean(op, rounds)
-    return {"deaths": deaths, **figures}
+        return op
+
+    return {"deaths": rounds, **rig.rounds(rounds, seed, one)}
 
 
 @pytest.mark.parametrize(

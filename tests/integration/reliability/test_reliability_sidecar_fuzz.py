@@ -21,7 +21,7 @@ import pytest
 from harness.polling import scaled, work_timeout
 from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument
-from mqbalance.model import MessageQueue
+from tests.unit.sidecar import sidecar_support
 
 CHECKS = ",".join(
     [
@@ -42,20 +42,9 @@ waits; one that does returns within MAX_WAIT."""
 
 
 def document() -> AssignmentDocument:
-    return AssignmentDocument(
-        group="orders-consumer",
-        generation=GENERATION,
-        strategy="STICKY",
-        message_model="CLUSTERING",
-        computed_at=0.0,
-        reason="initial",
-        members={"pod-a": "zone-a", "pod-b": "zone-b"},
-        topics={
-            "orders": {
-                "pod-a": tuple(MessageQueue("orders", "broker-a", i) for i in (0, 2)),
-                "pod-b": tuple(MessageQueue("orders", "broker-a", i) for i in (1, 3)),
-            }
-        },
+    held = {"pod-a": [("broker-a", 0), ("broker-a", 2)], "pod-b": [("broker-a", 1), ("broker-a", 3)]}
+    return sidecar_support.document(
+        GENERATION, {"orders": held}, reason="initial", zones={"pod-a": "zone-a", "pod-b": "zone-b"}
     )
 
 

@@ -7,7 +7,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client, config
 
+from harness.cluster import LocalCluster
 from harness.rocketmq import RocketMQ
 
 ZONES = {"broker-a": "zone-a", "broker-b": "zone-b"}
@@ -24,3 +26,10 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name of its own for each test (RocketMQ allows letters, digits, '-', '_', '%', '|')."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
     return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def api(cluster: LocalCluster) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    yield api
+    api.close()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from harness import kubelet, polling
 from harness.cluster import LocalCluster
@@ -67,13 +67,6 @@ def test_signed_offset_reads_equal_consumer_progress_and_unsigned_ones_are_refus
         assert refused.offsets == {}
         assert [f.reason for f in refused.failures] == ["QueryRefused"], refused.failures
         assert BROKER in refused.failures[0].message
-
-
-@pytest.fixture(scope="module")
-def api(cluster: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    yield api
-    api.close()
 
 
 def secret(api: client.ApiClient, namespace: str, name: str, credentials: Credentials) -> None:

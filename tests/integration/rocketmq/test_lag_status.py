@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from harness import kubelet
 from harness.cluster import LocalCluster
@@ -26,34 +24,19 @@ from harness.polling import wait_for
 from harness.processes import OperatorProcess
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import (
-    apply_group,
-    apply_topic,
     condition,
     status_of,
     wait_generation,
 )
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving, orders_group
 
 POD_LABELS = {"app": "lagged"}
 
 
 @pytest.fixture(scope="module")
-def api(cluster: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    yield api
-    api.close()
-
-
-@pytest.fixture(scope="module")
 def lag_namespace(cluster: LocalCluster, crds: None, api: client.ApiClient) -> Iterator[tuple[str, str]]:
-    name = f"lag-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    node = f"node-lag-{uuid.uuid4().hex[:6]}"
-    kubelet.create_node(api, node, "zone-a")
-    kubelet.start_pods(api, name, "consumer", 2, POD_LABELS, [node])
-    yield name, node
-    core.delete_namespace(name)
-    kubelet.delete_node(api, node)
+    with consumers_namespace(api, "lag", 2, POD_LABELS) as namespace_and_node:
+        yield namespace_and_node
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +46,8 @@ def operator(
     lag_namespace: tuple[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    workdir: Path = tmp_path_factory.mktemp("operator-lag")
-    op = OperatorProcess(
-        cluster,
-        [lag_namespace[0]],
-        workdir,
+    workdir = tmp_path_factory.mktemp("operator-lag")
+    flags = [
         "--name-server",
         rocketmq.namesrv_addr,
         "--lag-interval",
@@ -75,11 +55,9 @@ def operator(
         "--lag-timeout",
         "1",
         "--lag-queue-metrics",
-    )
-    op.start()
-    yield op
-    op.stop()
-    print(op.tail(200))
+    ]
+    with operator_serving(cluster, lag_namespace[0], workdir, *flags) as op:
+        yield op
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:
@@ -101,15 +79,7 @@ def test_status_column_and_metrics_show_lag_and_an_unreachable_broker_is_a_condi
     topic_name: str,
 ) -> None:
     namespace, node = lag_namespace
-    topic = topic_name[-40:].lstrip("-")
-    rocketmq.create_topic(topic, 2)  # 2 queues on each of broker-a and broker-b
-    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
-    apply_group(
-        api,
-        namespace,
-        "orders",
-        {"groupName": f"GID_{topic}", "topics": ["orders"], "selector": {"matchLabels": POD_LABELS}},
-    )
+    topic = orders_group(api, rocketmq, namespace, topic_name, 2, POD_LABELS)  # 2 queues on each broker
     first = wait_generation(api, namespace, "orders", 1)
     assert sum(len(qs) for qs in first.topics[topic].values()) == 4
     rocketmq.mqadmin("checkMsgSendRT", "-t", topic, "-a", "40", "-s", "32")

@@ -14,16 +14,13 @@ import asyncio
 import contextlib
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.processes import OperatorProcess
@@ -31,13 +28,12 @@ from harness.rocketmq import RocketMQ
 from mqbalance.model import MessageQueue
 from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length, request
 from tests.integration.operator_support import (
-    apply_group,
-    apply_topic,
     read_document,
     status_for,
     status_of,
     wait_generation,
 )
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving, orders_group
 
 POD_LABELS = {"app": "loaded"}
 SEND_MESSAGE = 10
@@ -48,23 +44,9 @@ TOLERANCE = 0.2
 
 
 @pytest.fixture(scope="module")
-def api(cluster: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    yield api
-    api.close()
-
-
-@pytest.fixture(scope="module")
 def load_namespace(cluster: LocalCluster, crds: None, api: client.ApiClient) -> Iterator[str]:
-    name = f"load-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    node = f"node-load-{uuid.uuid4().hex[:6]}"
-    kubelet.create_node(api, node, "zone-a")
-    kubelet.start_pods(api, name, "consumer", 2, POD_LABELS, [node])
-    yield name
-    core.delete_namespace(name)
-    kubelet.delete_node(api, node)
+    with consumers_namespace(api, "load", 2, POD_LABELS) as (name, _):
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -74,22 +56,10 @@ def operator(
     load_namespace: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    workdir: Path = tmp_path_factory.mktemp("operator-load")
-    op = OperatorProcess(
-        cluster,
-        [load_namespace],
-        workdir,
-        "--name-server",
-        rocketmq.namesrv_addr,
-        "--lag-interval",
-        "2",
-        "--lag-timeout",
-        "1",
-    )
-    op.start()
-    yield op
-    op.stop()
-    print(op.tail(200))
+    workdir = tmp_path_factory.mktemp("operator-load")
+    flags = ["--name-server", rocketmq.namesrv_addr, "--lag-interval", "2", "--lag-timeout", "1"]
+    with operator_serving(cluster, load_namespace, workdir, *flags) as op:
+        yield op
 
 
 class Producer:
@@ -186,20 +156,10 @@ def test_load_aware_sticky_moves_the_fewest_queues_then_stays_put(
     topic_name: str,
 ) -> None:
     namespace = load_namespace
-    topic = topic_name[-40:].lstrip("-")
-    rocketmq.create_topic(topic, 4)  # 4 queues on each of broker-a and broker-b
-    apply_topic(api, namespace, "orders", topicName=topic, nameServer={"pollSeconds": 5})
-    apply_group(
-        api,
-        namespace,
-        "orders",
-        {
-            "groupName": f"GID_{topic}",
-            "topics": ["orders"],
-            "selector": {"matchLabels": POD_LABELS},
-            "strategy": {"name": "STICKY", "load": {"tolerance": TOLERANCE, "samples": 2}},
-            "debounceSeconds": 0.5,
-        },
+    strategy = {"name": "STICKY", "load": {"tolerance": TOLERANCE, "samples": 2}}
+    # 4 queues on each of broker-a and broker-b
+    topic = orders_group(
+        api, rocketmq, namespace, topic_name, 4, POD_LABELS, strategy=strategy, debounceSeconds=0.5
     )
     first = wait_generation(api, namespace, "orders", 1)
     shares = first.topics[topic]

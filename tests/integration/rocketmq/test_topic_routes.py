@@ -3,18 +3,14 @@ an unreachable NameServer are reported, the last good route is kept."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from harness import kubelet
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from harness.rocketmq import RocketMQ
 from mqbalance.model import PERM_READ
 from tests.integration.operator_support import (
@@ -27,37 +23,26 @@ from tests.integration.operator_support import (
     wait_generation,
 )
 from tests.integration.rocketmq.conftest import ZONES
+from tests.integration.rocketmq.rocketmq_support import consumers_namespace, operator_serving
 
 DEAD = "127.0.0.1:1"  # nothing listens on port 1
 POD_LABELS = {"app": "routes"}
 
 
 @pytest.fixture(scope="module")
-def routes_namespace(cluster: LocalCluster, crds: None) -> Iterator[str]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    name = f"routes-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    node = f"node-routes-{uuid.uuid4().hex[:6]}"
-    kubelet.create_node(api, node, "zone-a")
-    kubelet.start_pods(api, name, "consumer", 3, POD_LABELS, [node])
-    yield name
-    core.delete_namespace(name)
-    kubelet.delete_node(api, node)
-    api.close()
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: LocalCluster, rocketmq: RocketMQ, routes_namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    """The operator, with the real NameServer as its own (for Topics that name none)."""
-    workdir: Path = tmp_path_factory.mktemp("operator-routes")
-    op = OperatorProcess(cluster, [routes_namespace], workdir, "--name-server", rocketmq.namesrv_addr)
-    op.start()
-    yield op
-    op.stop()
-    print(op.tail(200))
+def ns(
+    cluster: LocalCluster,
+    crds: None,
+    api: client.ApiClient,
+    rocketmq: RocketMQ,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A namespace of three consumer pods and the operator serving it, with the real NameServer as
+    its own (for Topics that name none)."""
+    with consumers_namespace(api, "routes", 3, POD_LABELS) as (name, _):
+        workdir = tmp_path_factory.mktemp("operator-routes")
+        with operator_serving(cluster, name, workdir, "--name-server", rocketmq.namesrv_addr):
+            yield name
 
 
 def put_topic(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -110,13 +95,8 @@ def route_counts(status: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
 
 
 def test_a_group_follows_the_route_the_name_server_gives(
-    api_client: client.ApiClient,
-    rocketmq: RocketMQ,
-    routes_namespace: str,
-    operator: OperatorProcess,
-    topic_name: str,
+    api: client.ApiClient, rocketmq: RocketMQ, ns: str, topic_name: str
 ) -> None:
-    api, ns = api_client, routes_namespace
     rocketmq.create_topic(topic_name, read_queues=4, write_queues=2, brokers=["broker-a"])
     rocketmq.create_topic(topic_name, 2, perm=PERM_READ, brokers=["broker-b"])
     spec: dict[str, Any] = {
@@ -168,15 +148,10 @@ def test_a_group_follows_the_route_the_name_server_gives(
 
 
 def test_zones_come_from_the_brokers_when_the_spec_names_none(
-    api_client: client.ApiClient,
-    rocketmq: RocketMQ,
-    routes_namespace: str,
-    operator: OperatorProcess,
-    topic_name: str,
+    api: client.ApiClient, rocketmq: RocketMQ, ns: str, topic_name: str
 ) -> None:
     """5.x brokers started with ``$ROCKETMQ_ZONE`` register their zone with the NameServer
     (RocketMQ's zoneName): a Topic without spec.brokers gets its zones from there."""
-    api, ns = api_client, routes_namespace
     rocketmq.create_topic(topic_name, 2)
     assert rocketmq.route(topic_name).registered_zones() == ZONES
     put_topic(
@@ -189,13 +164,8 @@ def test_zones_come_from_the_brokers_when_the_spec_names_none(
 
 
 def test_the_operators_own_name_server_and_a_missing_topic(
-    api_client: client.ApiClient,
-    rocketmq: RocketMQ,
-    routes_namespace: str,
-    operator: OperatorProcess,
-    topic_name: str,
+    api: client.ApiClient, rocketmq: RocketMQ, ns: str, topic_name: str
 ) -> None:
-    api, ns = api_client, routes_namespace
     put_topic(api, ns, "missing", {"topicName": topic_name, "nameServer": {}})
     missing = wait_topic(api, ns, "missing", "RouteAvailable", "False", "TopicNotFound")
     assert "no route read yet" in condition(missing, "RouteAvailable")["message"]
@@ -223,16 +193,11 @@ def test_the_operators_own_name_server_and_a_missing_topic(
 
 
 def test_a_static_topic_is_assigned_by_its_logical_queues(
-    api_client: client.ApiClient,
-    rocketmq: RocketMQ,
-    routes_namespace: str,
-    operator: OperatorProcess,
-    topic_name: str,
+    api: client.ApiClient, rocketmq: RocketMQ, ns: str, topic_name: str
 ) -> None:
     """A 5.x static topic (``mqadmin updateStaticTopic``): its consumers name their queues
     ``__syslo__global__`` 0..n-1 whatever broker hosts each, so the route, and every assignment,
     is made of those logical queues rather than the brokers' physical ones."""
-    api, ns = api_client, routes_namespace
     route = rocketmq.create_static_topic(topic_name, 4)
     assert {m.broker_name for m in route.queue_mappings} == {"broker-a", "broker-b"}
     put_topic(

@@ -17,10 +17,10 @@ from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from harness.processes import SidecarProcess, parse_metric
 from mqbalance.contract import AssignmentDocument
-from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError
 from mqbalance.sidecar.config import DEFAULT_MAX_WAIT
 from tests.integration.sidecar.sidecar_process import configmap_body
+from tests.unit.sidecar.sidecar_support import document
 
 POD = "orders-5d8f-abcde"
 OTHER = "orders-5d8f-fghij"
@@ -30,21 +30,8 @@ StartSidecar = Callable[..., SidecarProcess]
 
 
 def doc(generation: int, mine: list[int], theirs: list[int]) -> AssignmentDocument:
-    return AssignmentDocument(
-        group="orders-consumer",
-        generation=generation,
-        strategy="STICKY",
-        message_model="CLUSTERING",
-        computed_at=0.0,
-        reason="member-joined",
-        members={POD: "zone-a", OTHER: "zone-b"},
-        topics={
-            "orders": {
-                POD: tuple(MessageQueue("orders", "broker-a", i) for i in mine),
-                OTHER: tuple(MessageQueue("orders", "broker-a", i) for i in theirs),
-            }
-        },
-    )
+    held = {POD: [("broker-a", i) for i in mine], OTHER: [("broker-a", i) for i in theirs]}
+    return document(generation, {"orders": held}, zones={POD: "zone-a", OTHER: "zone-b"})
 
 
 def api(

@@ -45,8 +45,11 @@ def document(
     *,
     computed_at: float = 0.0,
     group: str = "orders-consumer",
+    reason: str = "member-joined",
+    zones: Mapping[str, str] | None = None,
 ) -> AssignmentDocument:
-    """A document with topic -> member -> [(broker, queueId)]; by default two pods share 'orders'."""
+    """A document with topic -> member -> [(broker, queueId)]; by default two pods share 'orders'.
+    Each member is in its zone of ``zones``, or in zone-a."""
     if queues is None:
         queues = {
             "orders": {
@@ -61,8 +64,8 @@ def document(
         strategy="STICKY",
         message_model="CLUSTERING",
         computed_at=computed_at,
-        reason="member-joined",
-        members={m: "zone-a" for m in members},
+        reason=reason,
+        members={m: (zones or {}).get(m, "zone-a") for m in members},
         topics={
             t: {m: tuple(MessageQueue(t, b, q) for b, q in qs) for m, qs in by_member.items()}
             for t, by_member in queues.items()

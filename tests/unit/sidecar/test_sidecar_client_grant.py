@@ -28,15 +28,21 @@ def granted(ms: int, generation: int = 3) -> dict[str, Any]:
     return {"generation": generation, "queues": {"t": []}, "fenced": False, "grant": {"validForMs": ms}}
 
 
+def answered(answer: dict[str, Any]) -> tuple[FakeClock, SidecarClient, Sidecar]:
+    """A client on a fake clock whose sidecar gave ``answer`` to its first ``GET /v1/queues``."""
+    clock = FakeClock(10.0)
+    client = SidecarClient("http://127.0.0.1:1", monotonic=clock)
+    sidecar = Sidecar(client)
+    sidecar.answers = [answer]
+    client.queues()
+    return clock, client, sidecar
+
+
 FENCED: dict[str, Any] = {"generation": 3, "queues": {"t": []}, "fenced": True, "grant": {"validForMs": 0}}
 
 
 def test_a_batch_does_not_start_when_the_grant_would_run_out_before_it_ends() -> None:
-    clock = FakeClock(10.0)
-    client = SidecarClient("http://127.0.0.1:1", monotonic=clock)
-    sidecar = Sidecar(client)
-    sidecar.answers = [granted(4000)]
-    client.queues()
+    clock, client, sidecar = answered(granted(4000))
     assert client.await_grant(0.0, min_remaining=3.0, sleep=clock.advance)
     clock.advance(1.5)
     # 2.5 s left: a batch that may take 3 s must not start; the sidecar is unreachable meanwhile.
@@ -47,11 +53,7 @@ def test_a_batch_does_not_start_when_the_grant_would_run_out_before_it_ends() ->
 
 
 def test_await_grant_waits_through_a_fence_and_goes_on_when_the_grant_is_fresh() -> None:
-    clock = FakeClock(10.0)
-    client = SidecarClient("http://127.0.0.1:1", monotonic=clock)
-    sidecar = Sidecar(client)
-    sidecar.answers = [FENCED]
-    client.queues()
+    clock, client, sidecar = answered(FENCED)
     assert not client.await_grant(0.5, sleep=clock.advance), "fenced: nothing may be processed"
     sidecar.answers = [FENCED, FENCED, granted(5000)]
     assert client.await_grant(2.0, sleep=clock.advance)
@@ -59,11 +61,7 @@ def test_await_grant_waits_through_a_fence_and_goes_on_when_the_grant_is_fresh()
 
 
 def test_an_expired_grant_is_not_valid_even_if_the_sidecar_never_answers_again() -> None:
-    clock = FakeClock(10.0)
-    client = SidecarClient("http://127.0.0.1:1", monotonic=clock)
-    sidecar = Sidecar(client)
-    sidecar.answers = [granted(1000)]
-    client.queues()
+    clock, client, sidecar = answered(granted(1000))
     sidecar.answers = [SidecarError(0, "unreachable")]
     clock.advance(1.0)
     assert not client.await_grant(5.0, sleep=clock.advance)
@@ -71,11 +69,7 @@ def test_an_expired_grant_is_not_valid_even_if_the_sidecar_never_answers_again()
 
 
 def test_the_long_poll_renews_the_grant_in_time() -> None:
-    clock = FakeClock(10.0)
-    client = SidecarClient("http://127.0.0.1:1", monotonic=clock)
-    sidecar = Sidecar(client)
-    sidecar.answers = [{"generation": 3, "queues": {}}]
-    client.queues()
+    clock, client, sidecar = answered({"generation": 3, "queues": {}})
     assert client.grant_poll_timeout(60) == 60, "no grant: the caller's timeout"
     sidecar.answers = [granted(9000)]
     client.queues()

@@ -87,25 +87,15 @@ class AclTest {
     private static SidecarPushConsumer push(TestEnv env, String pod, String topic, String group, String namespace,
         ConcurrentMap<String, List<String>> consumed) throws Exception {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, hook(env), new AllocateMessageQueueAveragely());
-        consumer.setNamesrvAddr(namesrv(env));
-        consumer.setInstanceName(pod + "-" + group);
         if (namespace != null) {
             consumer.setNamespace(namespace);
         }
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.setConsumeThreadMin(2);
-        consumer.setConsumeThreadMax(2);
-        consumer.setConsumeMessageBatchMaxSize(2);
-        consumer.subscribe(topic, "*");
+        TestEnv.pushConsumer(consumer, namesrv(env), pod + "-" + group, 2, 2, topic);
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
                 Messages.record(consumed, pod, m);
             }
-            try {
-                Thread.sleep(40); // slow enough that messages are in flight when the queue moves
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
+            TestEnv.sleep(40); // slow enough that messages are in flight when the queue moves
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         SidecarPushConsumer support = SidecarPushConsumer.install(consumer, env.sidecar(pod), group);

@@ -3,6 +3,7 @@ package io.mqbalance.rocketmq;
 import static io.mqbalance.rocketmq.TestEnv.GRANT_PULL_TOPIC;
 import static io.mqbalance.rocketmq.TestEnv.GRANT_TOPIC;
 import static io.mqbalance.rocketmq.TestEnv.q;
+import static io.mqbalance.rocketmq.TestEnv.sleep;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -56,12 +57,12 @@ class GrantTest {
         return all;
     }
 
-    private static void sleep(long ms) {
-        try {
-            Thread.sleep(ms);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+    /** A fake sidecar of {@code group} serving its pod p0 every queue of {@code topic}, with a fresh grant. */
+    private static FakeSidecar granted(String group, String topic) throws Exception {
+        FakeSidecar sidecar = new FakeSidecar(group, "p0");
+        sidecar.serve(1, queues(topic));
+        sidecar.grant(GRANT_MS);
+        return sidecar;
     }
 
     private static long after(ConcurrentLinkedQueue<Started> log, long nanos) {
@@ -87,18 +88,10 @@ class GrantTest {
         String group = "it-grant-group";
         MessageQueue mq = q(GRANT_TOPIC, "broker-a", 0);
         ConcurrentLinkedQueue<Started> log = new ConcurrentLinkedQueue<>();
-        try (FakeSidecar sidecar = new FakeSidecar(group, "p0");
+        try (FakeSidecar sidecar = granted(group, GRANT_TOPIC);
             Messages messages = new Messages(env.namesrv, "it-grant-producer")) {
-            sidecar.serve(1, queues(GRANT_TOPIC));
-            sidecar.grant(GRANT_MS);
-            DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-            consumer.setNamesrvAddr(env.namesrv);
-            consumer.setInstanceName("grant-p0");
-            consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-            consumer.setConsumeThreadMin(2);
-            consumer.setConsumeThreadMax(2);
-            consumer.setConsumeMessageBatchMaxSize(1);
-            consumer.subscribe(GRANT_TOPIC, "*");
+            DefaultMQPushConsumer consumer =
+                TestEnv.pushConsumer(new DefaultMQPushConsumer(group), env.namesrv, "grant-p0", 2, 1, GRANT_TOPIC);
             consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
                 log.add(new Started(msgs.get(0).getQueueOffset()));
                 sleep(20);
@@ -159,10 +152,8 @@ class GrantTest {
         String group = "it-grant-pull-group";
         MessageQueue mq = q(GRANT_PULL_TOPIC, "broker-a", 0);
         ConcurrentLinkedQueue<Started> log = new ConcurrentLinkedQueue<>();
-        try (FakeSidecar sidecar = new FakeSidecar(group, "p0");
+        try (FakeSidecar sidecar = granted(group, GRANT_PULL_TOPIC);
             Messages messages = new Messages(env.namesrv, "it-grant-pull-producer")) {
-            sidecar.serve(1, queues(GRANT_PULL_TOPIC));
-            sidecar.grant(GRANT_MS);
             DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
             consumer.setNamesrvAddr(env.namesrv);
             consumer.setInstanceName("grant-pull-p0");

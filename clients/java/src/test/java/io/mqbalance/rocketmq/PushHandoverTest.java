@@ -5,6 +5,7 @@ import static io.mqbalance.rocketmq.TestEnv.HANDOVER_TOPIC;
 import static io.mqbalance.rocketmq.TestEnv.ORDERLY_GROUP;
 import static io.mqbalance.rocketmq.TestEnv.ORDERLY_TOPIC;
 import static io.mqbalance.rocketmq.TestEnv.q;
+import static io.mqbalance.rocketmq.TestEnv.sleep;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -19,7 +20,6 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
-import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.junit.jupiter.api.Tag;
@@ -73,14 +73,8 @@ class PushHandoverTest {
     /** A push consumer whose listener takes a while per message, so some are always in flight. */
     private static Member start(TestEnv env, String pod, String topic, String group, boolean orderly,
         ConcurrentLinkedQueue<Consumed> log) throws Exception {
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-        consumer.setNamesrvAddr(env.namesrv);
-        consumer.setInstanceName(pod + "-" + group);
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.setConsumeThreadMin(4);
-        consumer.setConsumeThreadMax(4);
-        consumer.setConsumeMessageBatchMaxSize(2);
-        consumer.subscribe(topic, "*");
+        DefaultMQPushConsumer consumer =
+            TestEnv.pushConsumer(new DefaultMQPushConsumer(group), env.namesrv, pod + "-" + group, 4, 2, topic);
         if (orderly) {
             consumer.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {
@@ -101,14 +95,6 @@ class PushHandoverTest {
         SidecarPushConsumer support = SidecarPushConsumer.install(consumer, env.sidecar(pod), group);
         consumer.start();
         return new Member(consumer, support);
-    }
-
-    private static void sleep(long ms) {
-        try {
-            Thread.sleep(ms);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
     }
 
     private static long count(ConcurrentLinkedQueue<Consumed> log, String pod, MessageQueue mq) {

@@ -15,7 +15,10 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.function.BooleanSupplier;
 import java.util.function.Supplier;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.common.MQVersion;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
@@ -141,6 +144,32 @@ final class TestEnv {
     }
 
     /** A queue of the test topics: {@code q(topic, "broker-a", 0)}. */
+    /**
+     * {@code consumer} set up as the tests' push consumers are: on {@code namesrv} as {@code instance}, from the
+     * first offset, with {@code threads} consume threads and batches of up to {@code batch}, subscribed to the
+     * whole of {@code topic}. A namespace is set before: the subscription names the topic in it.
+     */
+    static DefaultMQPushConsumer pushConsumer(DefaultMQPushConsumer consumer, String namesrv, String instance,
+        int threads, int batch, String topic) throws MQClientException {
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName(instance);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setConsumeThreadMin(threads);
+        consumer.setConsumeThreadMax(threads);
+        consumer.setConsumeMessageBatchMaxSize(batch);
+        consumer.subscribe(topic, "*");
+        return consumer;
+    }
+
+    /** Sleeps {@code ms}; an interrupt is kept for the caller. */
+    static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
     static MessageQueue q(String topic, String broker, int id) {
         return new MessageQueue(topic, broker, id);
     }
