@@ -16,6 +16,17 @@ With ``IGNORE_GRANT=1`` in its environment it is the client the grant cannot pro
 fenced answers and the grant's expiry and keeps processing its last queues (the nemesis suite's
 check that its scoring catches two owners on real pods).
 
+With ``BROKERS`` in its environment (JSON: broker name -> host:port) the batches are real: for each
+queue of its view it pulls the next messages from the broker (PULL_MESSAGE with the subscription in
+the request, as harness/lag_consumer_app.py does, with the project's remoting codec), processes
+them one by one while the batch's deadline (the tick's end, inside the grant) has not passed,
+reports them to ``COLLECTOR`` (an HTTP server on the machine: what the sink received outlives the
+pod) and then commits the next offset, forward only (the broker's offset is read back first and
+never moved backwards). A queue's offset is read from the broker when the queue enters the view and
+kept in memory while it stays; a batch whose report fails is not committed (pulled again). The
+messages' bodies are the producer's JSON ``{"key": ..., "seq": ...}``. Also ``GROUP`` (RocketMQ's
+consumer group), ``TOPIC``, ``BATCH`` (messages a pull asks for).
+
 Its readiness endpoint (``GET :8080/ready``, the container's readinessProbe) answers 503
 while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outside with
 ``kubectl exec ... touch /tmp/unready``.
@@ -27,12 +38,16 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import struct
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
 from mqbalance.sidecar.client import SidecarClient, SidecarError
 
 UNREADY_FILE = "/tmp/unready"
@@ -41,6 +56,118 @@ TICK = 0.1
 """Seconds one batch takes: a batch starts only when the grant lasts at least this long more."""
 SEEN_KEPT = 200
 IGNORE_GRANT = os.environ.get("IGNORE_GRANT") == "1"
+BROKERS: dict[str, str] = json.loads(os.environ.get("BROKERS") or "{}")
+"""Broker name -> host:port; empty: processing is acted out, no messages."""
+MQ_GROUP = os.environ.get("GROUP", "")
+TOPIC = os.environ.get("TOPIC", "")
+COLLECTOR = os.environ.get("COLLECTOR", "")
+BATCH = int(os.environ.get("BATCH", "16"))
+IDLE_PULL = 0.3
+"""Seconds before a queue whose last pull found nothing is pulled again."""
+
+PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
+SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED, QUERY_NOT_FOUND = 0, 19, 20, 21, 22
+FLAG_SUBSCRIPTION = 0x4
+"""PullSysFlag: the subscription comes with the request (no heartbeat registration needed)."""
+MAGIC_V2 = 0xDAA320AB
+"""MessageDecoder.MESSAGE_MAGIC_CODE_V2: the topic's length takes two bytes (else one)."""
+BORN_V6, STORE_V6 = 0x10, 0x20
+"""MessageSysFlag: the born or store host is an IPv6 address (16 bytes, else 4)."""
+
+
+class BrokerError(RuntimeError):
+    """A broker unreachable or answering with an error: the batch is abandoned, nothing committed."""
+
+
+class Broker:
+    """One blocking connection to a broker, opened again after any error (a broker restart)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock: socket.socket | None = None
+        self.opaque = 0
+
+    def call(self, code: int, fields: dict[str, object]) -> Any:
+        try:
+            if self.sock is None:
+                host, _, port = self.address.rpartition(":")
+                self.sock = socket.create_connection((host, int(port)), timeout=2)
+            self.opaque += 1
+            self.sock.sendall(encode(request(code, self.opaque, fields)))
+            return decode_payload(self._read(frame_length(self._read(4))))
+        except (OSError, ValueError) as exc:
+            if self.sock is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.close()
+            self.sock = None
+            raise BrokerError(f"{self.address}: {exc}") from None
+
+    def _read(self, n: int) -> bytes:
+        assert self.sock is not None
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return data
+
+    def committed(self, queue_id: int) -> int:
+        fields = {"consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id}
+        answer = self.call(QUERY_CONSUMER_OFFSET, fields)
+        if answer.code == QUERY_NOT_FOUND:
+            return 0
+        if answer.code != SUCCESS:
+            raise BrokerError(f"QUERY_CONSUMER_OFFSET: {answer.code} {answer.remark}")
+        return int(answer.ext_fields["offset"])
+
+    def commit_forward(self, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` unless the broker already holds a later one (its own commit overwrites)."""
+        if self.committed(queue_id) >= offset:
+            return
+        fields = {"consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}
+        answer = self.call(UPDATE_CONSUMER_OFFSET, fields)
+        if answer.code != SUCCESS:
+            raise BrokerError(f"UPDATE_CONSUMER_OFFSET: {answer.code} {answer.remark}")
+
+    def pull(self, queue_id: int, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """The messages from ``offset`` on, as (queue offset, body), and the next offset."""
+        fields = {
+            "consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id, "queueOffset": offset,
+            "maxMsgNums": BATCH, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subscription": "*", "subVersion": 0, "expressionType": "TAG",
+        }  # fmt: skip
+        answer = self.call(PULL_MESSAGE, fields)
+        if answer.code in (PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY):
+            return [], offset
+        if answer.code == PULL_OFFSET_MOVED:
+            print(
+                json.dumps({"offsetMoved": queue_id, "from": offset, "fields": answer.ext_fields}), flush=True
+            )
+            return [], int(answer.ext_fields.get("nextBeginOffset", offset))
+        if answer.code != SUCCESS:
+            raise BrokerError(f"PULL_MESSAGE: {answer.code} {answer.remark}")
+        return decode_messages(answer.body or b""), int(answer.ext_fields["nextBeginOffset"])
+
+
+def decode_messages(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    """(queue offset, JSON body) of each message in RocketMQ's store format (MessageDecoder)."""
+    found = []
+    at = 0
+    while at + 4 <= len(data):
+        size = struct.unpack_from(">i", data, at)[0]
+        magic = struct.unpack_from(">I", data, at + 4)[0]
+        queue_offset = struct.unpack_from(">q", data, at + 20)[0]
+        sys_flag = struct.unpack_from(">i", data, at + 36)[0]
+        pos = at + 40 + 8  # the born timestamp
+        pos += (16 if sys_flag & BORN_V6 else 4) + 4 + 8  # born host and port, store timestamp
+        pos += (16 if sys_flag & STORE_V6 else 4) + 4 + 4 + 8  # store host, reconsume times, prepared offset
+        body_length = struct.unpack_from(">i", data, pos)[0]
+        body = data[pos + 4 : pos + 4 + body_length]
+        del magic  # the topic and properties that follow are not needed
+        found.append((queue_offset, json.loads(body)))
+        at += size
+    return found
 
 
 class Consumer:
@@ -57,6 +184,14 @@ class Consumer:
         self.closed: list[dict[str, Any]] = []
         self.acked = -1
         self.stopping = False
+        self.brokers = {name: Broker(address) for name, address in BROKERS.items()}
+        self.offsets: dict[str, int] = {}
+        """queue -> the next offset to process, while the queue stays in the view."""
+        self.batch_lock = threading.Lock()
+        """Held while a tick's batches run: a stop waits for them before it acknowledges."""
+        self.pulled = self.reported = 0
+        self.idle_until: dict[str, float] = {}
+        """queue -> when to pull it again after a pull that found nothing (monotonic)."""
 
     def follow(self) -> None:
         after = -1
@@ -89,9 +224,14 @@ class Consumer:
             time.sleep(TICK)
 
     def tick(self) -> None:
+        with self.batch_lock:
+            self._tick()
+
+    def _tick(self) -> None:
         # The grant first, then the clock: a batch that starts now ends by now + TICK, inside it.
         remaining = self.client.grant_remaining()
         valid = IGNORE_GRANT or (self.client.grant_valid() and (remaining is None or remaining > TICK))
+        deadline = time.monotonic() + TICK
         now = time.time()
         with self.lock:
             view = self.view
@@ -105,6 +245,13 @@ class Consumer:
                 else:
                     self.open[key] = {"queue": key, "start": now, "end": now + TICK, "generation": generation}
             ack = generation if valid and generation > self.acked else None
+        for key in set(self.offsets) - wanted:
+            del self.offsets[key]  # committed after its last batch
+        for key in sorted(wanted) if self.brokers else ():
+            try:
+                self.batch(key, deadline)
+            except BrokerError as exc:
+                print(json.dumps({"broker": str(exc), "queue": key}), flush=True)
         if ack is not None:
             try:  # nothing outside this generation's share is processed any more
                 self.client.release(ack)
@@ -112,7 +259,52 @@ class Consumer:
             except SidecarError:
                 pass  # asked again at the next tick
 
+    def batch(self, key: str, deadline: float) -> None:
+        """One batch of ``key``: pull, process while before ``deadline``, report, commit forward."""
+        now = time.monotonic()
+        if now >= deadline or now < self.idle_until.get(key, 0.0):
+            return
+        broker_name, _, queue = key.partition("/")[2].rpartition(":")
+        broker, queue_id = self.brokers[broker_name], int(queue)
+        if key not in self.offsets:
+            self.offsets[key] = broker.committed(queue_id)
+        messages, following = broker.pull(queue_id, self.offsets[key])
+        self.pulled += len(messages)
+        done = []
+        for offset, body in messages:
+            if time.monotonic() >= deadline:
+                break  # the grant's batch is over: the rest is pulled again
+            done.append(
+                {"queue": key, "offset": offset, "key": body["key"], "seq": body["seq"], "at": time.time()}
+            )
+        if not messages:
+            self.offsets[key] = following
+            self.idle_until[key] = time.monotonic() + IDLE_PULL
+            return
+        if not done or time.monotonic() >= deadline:
+            return  # nothing handed to the sink: nothing processed, nothing committed
+        report = {
+            "group": MQ_GROUP,
+            "pod": os.environ.get("HOSTNAME", ""),
+            "boot": self.boot,
+            "messages": done,
+        }
+        req = urllib.request.Request(
+            COLLECTOR, json.dumps(report).encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=2):
+                pass
+        except OSError as exc:
+            print(json.dumps({"collector": str(exc)}), flush=True)
+            return
+        self.reported += len(done)
+        self.offsets[key] = int(done[-1]["offset"]) + 1
+        broker.commit_forward(queue_id, self.offsets[key])
+
     def stop(self) -> None:
+        # The batch in hand finishes (reported and committed) before anything is acknowledged.
+        acquired = self.batch_lock.acquire(timeout=2)
         with self.lock:
             self.stopping = True
             for key in sorted(self.open):
@@ -121,6 +313,8 @@ class Consumer:
         if generation >= 0:
             with contextlib.suppress(SidecarError):  # unrecorded: the operator waits for its timeout
                 self.client.release(generation, all=True)
+        if acquired:
+            self.batch_lock.release()
 
     def record(self) -> dict[str, Any]:
         with self.lock:
@@ -131,6 +325,8 @@ class Consumer:
                 "now": time.time(),
                 "intervals": intervals,
                 "seen": {str(g): t for g, t in self.seen.items()},
+                "pulled": self.pulled,
+                "reported": self.reported,
             }
 
 
