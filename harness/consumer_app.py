@@ -25,7 +25,12 @@ pod) and then commits the next offset, forward only (the broker's offset is read
 never moved backwards). A queue's offset is read from the broker when the queue enters the view and
 kept in memory while it stays; a batch whose report fails is not committed (pulled again). The
 messages' bodies are the producer's JSON ``{"key": ..., "seq": ...}``. Also ``GROUP`` (RocketMQ's
-consumer group), ``TOPIC``, ``BATCH`` (messages a pull asks for).
+consumer group), ``TOPIC``, ``BATCH`` (messages a pull asks for). With ``ORDERLY=1`` it also does
+what RocketMQ's orderly consumer does: it processes a queue only while it holds the broker's lock
+on it (LOCK_BATCH_MQ for every queue of its view, renewed every ``LOCK_RENEW`` seconds; a lock
+counts for ``LOCK_VALID`` seconds from when its request was sent, well inside the broker's own
+lifetime) and unlocks a queue (UNLOCK_BATCH_MQ) when it leaves the view, before the generation is
+acknowledged.
 
 Its readiness endpoint (``GET :8080/ready``, the container's readinessProbe) answers 503
 while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outside with
@@ -35,6 +40,7 @@ while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outsi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -65,7 +71,12 @@ BATCH = int(os.environ.get("BATCH", "16"))
 IDLE_PULL = 0.3
 """Seconds before a queue whose last pull found nothing is pulled again."""
 
+ORDERLY = os.environ.get("ORDERLY") == "1"
+LOCK_RENEW = 1.0
+LOCK_VALID = 3.0
+"""Seconds a broker lock counts here after its request was sent (the broker keeps it longer)."""
 PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
+LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 41, 42
 SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED, QUERY_NOT_FOUND = 0, 19, 20, 21, 22
 FLAG_SUBSCRIPTION = 0x4
 """PullSysFlag: the subscription comes with the request (no heartbeat registration needed)."""
@@ -87,13 +98,14 @@ class Broker:
         self.sock: socket.socket | None = None
         self.opaque = 0
 
-    def call(self, code: int, fields: dict[str, object]) -> Any:
+    def call(self, code: int, fields: dict[str, object], body: bytes = b"") -> Any:
         try:
             if self.sock is None:
                 host, _, port = self.address.rpartition(":")
                 self.sock = socket.create_connection((host, int(port)), timeout=2)
             self.opaque += 1
-            self.sock.sendall(encode(request(code, self.opaque, fields)))
+            command = dataclasses.replace(request(code, self.opaque, fields), body=body)
+            self.sock.sendall(encode(command))
             return decode_payload(self._read(frame_length(self._read(4))))
         except (OSError, ValueError) as exc:
             if self.sock is not None:
@@ -129,6 +141,23 @@ class Broker:
         answer = self.call(UPDATE_CONSUMER_OFFSET, fields)
         if answer.code != SUCCESS:
             raise BrokerError(f"UPDATE_CONSUMER_OFFSET: {answer.code} {answer.remark}")
+
+    def lock(self, broker_name: str, queue_ids: list[int], unlock: bool = False) -> set[int]:
+        """Lock (or unlock) the queues on the broker for this pod, as an orderly consumer does;
+        returns the queues locked."""
+        body = {
+            "consumerGroup": MQ_GROUP,
+            "clientId": os.environ.get("HOSTNAME", ""),
+            "onlyThisBroker": True,
+            "mqSet": [{"topic": TOPIC, "brokerName": broker_name, "queueId": q} for q in queue_ids],
+        }
+        answer = self.call(UNLOCK_BATCH_MQ if unlock else LOCK_BATCH_MQ, {}, json.dumps(body).encode())
+        if answer.code != SUCCESS:
+            raise BrokerError(f"{'UN' if unlock else ''}LOCK_BATCH_MQ: {answer.code} {answer.remark}")
+        if unlock:
+            return set()
+        locked = json.loads(answer.body or b"{}").get("lockOKMQSet") or []
+        return {int(q["queueId"]) for q in locked}
 
     def pull(self, queue_id: int, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """The messages from ``offset`` on, as (queue offset, body), and the next offset."""
@@ -191,6 +220,9 @@ class Consumer:
         """Held while a tick's batches run: a stop waits for them before it acknowledges."""
         self.pulled = self.reported = 0
         self.idle_until: dict[str, float] = {}
+        self.locked_until: dict[str, float] = {}
+        """ORDERLY: queue -> until when its broker lock counts (monotonic)."""
+        self.lock_sent = 0.0
         """queue -> when to pull it again after a pull that found nothing (monotonic)."""
 
     def follow(self) -> None:
@@ -247,7 +279,11 @@ class Consumer:
             ack = generation if valid and generation > self.acked else None
         for key in set(self.offsets) - wanted:
             del self.offsets[key]  # committed after its last batch
+        if ORDERLY and self.brokers:
+            self.relock(wanted)
         for key in sorted(wanted) if self.brokers else ():
+            if ORDERLY and time.monotonic() >= self.locked_until.get(key, 0.0):
+                continue  # not locked on the broker (yet): another consumer may still hold it
             try:
                 self.batch(key, deadline)
             except BrokerError as exc:
@@ -258,6 +294,34 @@ class Consumer:
                 self.acked = ack
             except SidecarError:
                 pass  # asked again at the next tick
+
+    def relock(self, wanted: set[str]) -> None:
+        """ORDERLY: unlock the queues that left the view, lock (renew) the ones in it."""
+        by_broker: dict[str, dict[int, str]] = {}
+        for key in set(self.locked_until) - wanted:
+            del self.locked_until[key]
+            broker_name, _, queue = key.partition("/")[2].rpartition(":")
+            with contextlib.suppress(BrokerError):  # the broker's lock lifetime frees it anyway
+                self.brokers[broker_name].lock(broker_name, [int(queue)], unlock=True)
+        if not wanted or time.monotonic() - self.lock_sent < LOCK_RENEW:
+            return
+        for key in wanted:
+            broker_name, _, queue = key.partition("/")[2].rpartition(":")
+            by_broker.setdefault(broker_name, {})[int(queue)] = key
+        self.lock_sent = sent = time.monotonic()
+        for broker_name, queues in by_broker.items():
+            try:
+                locked = self.brokers[broker_name].lock(broker_name, sorted(queues))
+            except BrokerError as exc:
+                print(json.dumps({"lock": str(exc)}), flush=True)
+                continue
+            if set(queues) - locked:
+                print(json.dumps({"notLocked": sorted(set(queues) - locked), "at": time.time()}), flush=True)
+            for queue_id, key in queues.items():
+                if queue_id in locked:
+                    self.locked_until[key] = sent + LOCK_VALID
+                else:
+                    self.locked_until.pop(key, None)
 
     def batch(self, key: str, deadline: float) -> None:
         """One batch of ``key``: pull, process while before ``deadline``, report, commit forward."""

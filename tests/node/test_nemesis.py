@@ -7,7 +7,8 @@ broker on an address of its own that the pods reach (harness/nemesis_mq.py), wit
 of 12 queues. A producer on the machine sends keyed messages at a steady rate throughout (36 keys,
 one queue each, a sequence number per key in the body). Two groups consume the topic side by side,
 each with its own Deployment of one pod per zone and a short lease: ``orders-consumer`` with
-handover ``Release``, ``orders-orderly`` with ``Orderly``. Each pod's app (harness/consumer_app.py)
+handover ``Release``, ``orders-orderly`` with ``Orderly`` (whose apps also hold RocketMQ's broker
+lock on a queue while they consume it, as an orderly consumer does). Each pod's app (harness/consumer_app.py)
 pulls its sidecar's queues from the broker only under a valid grant, reports every message it
 processed to a collector on the machine, commits forward only and records its processing
 intervals; a scraper thread reads every app's intervals through the pod's own loopback (entered from
@@ -412,6 +413,39 @@ class Nemesis:
             )
         assert in_round, f"{one.fault}: no processing interval of {group} seen in the round"
 
+    def explain(self, group: str, gap: nemesis.Gap, at: float, found: list[nemesis.Interval]) -> None:
+        """Print what the documents and the apps did with the queue of a gap beyond the bound,
+        times from the fault."""
+        print(f"  {gap.queue} unprocessed from {gap.start - at:.2f}s to {gap.end - at:.2f}s:", flush=True)
+        for generation, doc in sorted(self.documents[group].by_generation.items()):
+            if not gap.start - 15 <= doc.computed_at <= gap.end + 2:
+                continue
+            owner = next(
+                (
+                    m
+                    for m in doc.members
+                    for t, qs in doc.queues_of(m).items()
+                    for q in qs
+                    if f"{t}/{q.broker_name}:{q.queue_id}" == gap.queue
+                ),
+                None,
+            )
+            releasing = [
+                (r.owner, round(r.since - at, 2), r.generation)
+                for r in doc.releasing
+                if any(f"{TOPIC}/{q.broker_name}:{q.queue_id}" == gap.queue for q in r.queues)
+            ]
+            print(
+                f"    generation {generation} computed {doc.computed_at - at:.2f}s: owner {owner}, "
+                f"releasing {releasing}",
+                flush=True,
+            )
+        for item in sorted(found, key=lambda i: i.start):
+            if item.queue == gap.queue and item.end > gap.start - 5 and item.start < gap.end + 2:
+                print(
+                    f"    {item.member} processed {item.start - at:.2f}s to {item.end - at:.2f}s", flush=True
+                )
+
     def score_messages(self) -> None:
         """Once every message is processed (or the wait ran out): each round's messages, per group."""
         sent = self.producer.records()
@@ -595,6 +629,10 @@ def deployment(images: Images, name: str, env: dict[str, str]) -> dict[str, Any]
     app = containers["app"]
     app["env"] = [*app.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
     app["env"].append({"name": "GROUP", "value": name})
+    if GROUP_MODES[name] == "Orderly":
+        app["env"].append(
+            {"name": "ORDERLY", "value": "1"}
+        )  # processes only queues it holds the broker's lock on
     for var in containers["mqbalance-sidecar"]["env"]:
         if var["name"] == "MQBALANCE_GROUP":
             var["value"] = name
