@@ -32,6 +32,15 @@ counts for ``LOCK_VALID`` seconds from when its request was sent, well inside th
 lifetime) and unlocks a queue (UNLOCK_BATCH_MQ) when it leaves the view, before the generation is
 acknowledged.
 
+With ``CLIENT_REBALANCE=1`` it uses no sidecar: it rebalances on its own as RocketMQ's clients do
+(``RebalanceImpl``), the baseline the nemesis suite compares with. Every ``REBALANCE`` seconds it
+sends a heartbeat (HEART_BEAT, which registers it with the broker as a consumer of ``GROUP``, its
+pod name as client id), asks the broker for the group's consumer list
+(GET_CONSUMER_LIST_BY_GROUP), and takes its share of the topic's ``QUEUES`` queues with
+``AllocateMessageQueueAveragely`` (``mqbalance.strategies.avg.allocate_avg``, the sorted queues
+over the sorted client ids). There is no grant: it processes its share until the next rebalance
+says otherwise.
+
 Its readiness endpoint (``GET :8080/ready``, the container's readinessProbe) answers 503
 while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outside with
 ``kubectl exec ... touch /tmp/unready``.
@@ -74,9 +83,14 @@ IDLE_PULL = 0.3
 ORDERLY = os.environ.get("ORDERLY") == "1"
 LOCK_RENEW = 1.0
 LOCK_VALID = 3.0
+LOCK_RETRY = 0.2
 """Seconds a broker lock counts here after its request was sent (the broker keeps it longer)."""
 PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
 LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 41, 42
+HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP = 34, 38
+CLIENT_REBALANCE = os.environ.get("CLIENT_REBALANCE") == "1"
+REBALANCE = float(os.environ.get("REBALANCE_SECONDS", "2"))
+QUEUE_COUNT = int(os.environ.get("QUEUES", "0"))
 SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED, QUERY_NOT_FOUND = 0, 19, 20, 21, 22
 FLAG_SUBSCRIPTION = 0x4
 """PullSysFlag: the subscription comes with the request (no heartbeat registration needed)."""
@@ -106,7 +120,12 @@ class Broker:
             self.opaque += 1
             command = dataclasses.replace(request(code, self.opaque, fields), body=body)
             self.sock.sendall(encode(command))
-            return decode_payload(self._read(frame_length(self._read(4))))
+            while (
+                True
+            ):  # the broker's own requests to a registered client (NOTIFY_CONSUMER_IDS_CHANGED) skipped
+                answer = decode_payload(self._read(frame_length(self._read(4))))
+                if answer.is_response and answer.opaque == self.opaque:
+                    return answer
         except (OSError, ValueError) as exc:
             if self.sock is not None:
                 with contextlib.suppress(OSError):
@@ -158,6 +177,36 @@ class Broker:
             return set()
         locked = json.loads(answer.body or b"{}").get("lockOKMQSet") or []
         return {int(q["queueId"]) for q in locked}
+
+    def heartbeat(self, client_id: str) -> None:
+        """Register (again) as a consumer of the group, pulling the topic, as a RocketMQ client does."""
+        subscription = {
+            "topic": TOPIC, "subString": "*", "classFilterMode": False, "tagsSet": [], "codeSet": [],
+            "subVersion": int(time.time() * 1000), "expressionType": "TAG",
+        }  # fmt: skip
+        body = {
+            "clientID": client_id,
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": MQ_GROUP,
+                    "consumeType": "CONSUME_ACTIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [subscription],
+                }
+            ],
+        }
+        answer = self.call(HEART_BEAT, {}, json.dumps(body).encode())
+        if answer.code != SUCCESS:
+            raise BrokerError(f"HEART_BEAT: {answer.code} {answer.remark}")
+
+    def consumers(self) -> list[str]:
+        answer = self.call(GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": MQ_GROUP})
+        if answer.code != SUCCESS:
+            raise BrokerError(f"GET_CONSUMER_LIST_BY_GROUP: {answer.code} {answer.remark}")
+        return sorted(json.loads(answer.body or b"{}").get("consumerIdList") or [])
 
     def pull(self, queue_id: int, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """The messages from ``offset`` on, as (queue offset, body), and the next offset."""
@@ -250,6 +299,40 @@ class Consumer:
             if view.get("fenced") is True:
                 time.sleep(TICK)  # a fenced sidecar answers long-polls at once
 
+    def rebalance(self) -> None:
+        """CLIENT_REBALANCE: heartbeat, consumer list, AllocateMessageQueueAveragely, every REBALANCE s."""
+        from mqbalance.model import MessageQueue
+        from mqbalance.strategies.avg import allocate_avg
+
+        me = os.environ.get("HOSTNAME", "")
+        broker_name, address = next(iter(BROKERS.items()))
+        control = Broker(address)  # its own connection: the broker forgets the client when it closes
+        queues = [MessageQueue(TOPIC, broker_name, q) for q in range(QUEUE_COUNT)]
+        generation = 0
+        while not self.stopping:
+            try:
+                control.heartbeat(me)
+                ids = control.consumers()
+            except BrokerError as exc:
+                print(json.dumps({"rebalance": str(exc)}), flush=True)
+                time.sleep(REBALANCE)
+                continue
+            share = allocate_avg(queues, ids).get(me, []) if me in ids else []
+            view = {
+                "queues": {TOPIC: [{"brokerName": q.broker_name, "queueId": q.queue_id} for q in share]},
+                "consumers": ids,
+            }
+            with self.lock:
+                if self.view is None or self.view["queues"] != view["queues"]:
+                    generation += 1
+                    self.view = {**view, "generation": generation}
+                    self.seen[generation] = time.time()
+                    print(
+                        json.dumps({"generation": generation, "consumers": ids, "queues": view["queues"]}),
+                        flush=True,
+                    )
+            time.sleep(REBALANCE)
+
     def process(self) -> None:
         while not self.stopping:
             self.tick()
@@ -261,16 +344,25 @@ class Consumer:
 
     def _tick(self) -> None:
         # The grant first, then the clock: a batch that starts now ends by now + TICK, inside it.
-        remaining = self.client.grant_remaining()
-        valid = IGNORE_GRANT or (self.client.grant_valid() and (remaining is None or remaining > TICK))
+        remaining = None if CLIENT_REBALANCE else self.client.grant_remaining()
+        valid = (
+            IGNORE_GRANT
+            or CLIENT_REBALANCE
+            or (self.client.grant_valid() and (remaining is None or remaining > TICK))
+        )
         deadline = time.monotonic() + TICK
-        now = time.time()
         with self.lock:
             view = self.view
             wanted = _queue_keys(view) if valid and view is not None and not self.stopping else set()
+            generation = int(view["generation"]) if view is not None else -1
+        if ORDERLY and self.brokers:
+            # An orderly consumer processes only the queues it holds the broker's lock on.
+            self.relock(wanted)
+            wanted = {k for k in wanted if time.monotonic() < self.locked_until.get(k, 0.0)}
+        now = time.time()
+        with self.lock:
             for key in sorted(set(self.open) - wanted):
                 self.closed.append({**self.open.pop(key), "open": False})
-            generation = int(view["generation"]) if view is not None else -1
             for key in wanted:
                 if key in self.open:
                     self.open[key]["end"] = now + TICK
@@ -279,16 +371,14 @@ class Consumer:
             ack = generation if valid and generation > self.acked else None
         for key in set(self.offsets) - wanted:
             del self.offsets[key]  # committed after its last batch
-        if ORDERLY and self.brokers:
-            self.relock(wanted)
         for key in sorted(wanted) if self.brokers else ():
             if ORDERLY and time.monotonic() >= self.locked_until.get(key, 0.0):
-                continue  # not locked on the broker (yet): another consumer may still hold it
+                continue  # the lock ran out meanwhile: renewed at the next tick
             try:
                 self.batch(key, deadline)
             except BrokerError as exc:
                 print(json.dumps({"broker": str(exc), "queue": key}), flush=True)
-        if ack is not None:
+        if ack is not None and not CLIENT_REBALANCE:
             try:  # nothing outside this generation's share is processed any more
                 self.client.release(ack)
                 self.acked = ack
@@ -303,8 +393,9 @@ class Consumer:
             broker_name, _, queue = key.partition("/")[2].rpartition(":")
             with contextlib.suppress(BrokerError):  # the broker's lock lifetime frees it anyway
                 self.brokers[broker_name].lock(broker_name, [int(queue)], unlock=True)
-        if not wanted or time.monotonic() - self.lock_sent < LOCK_RENEW:
-            return
+        since = time.monotonic() - self.lock_sent
+        if not wanted or (since < LOCK_RENEW and (since < LOCK_RETRY or wanted <= set(self.locked_until))):
+            return  # renewed every LOCK_RENEW; a queue not locked yet is tried every LOCK_RETRY
         for key in wanted:
             broker_name, _, queue = key.partition("/")[2].rpartition(":")
             by_broker.setdefault(broker_name, {})[int(queue)] = key
@@ -374,7 +465,7 @@ class Consumer:
             for key in sorted(self.open):
                 self.closed.append({**self.open.pop(key), "open": False})
             generation = int(self.view["generation"]) if self.view is not None else -1
-        if generation >= 0:
+        if generation >= 0 and not CLIENT_REBALANCE:
             with contextlib.suppress(SidecarError):  # unrecorded: the operator waits for its timeout
                 self.client.release(generation, all=True)
         if acquired:
@@ -432,7 +523,7 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, terminate)
-    threading.Thread(target=consumer.follow, daemon=True).start()
+    threading.Thread(target=consumer.rebalance if CLIENT_REBALANCE else consumer.follow, daemon=True).start()
     threading.Thread(target=consumer.process, daemon=True).start()
     ThreadingHTTPServer(("", PORT), handler(consumer)).serve_forever()
 

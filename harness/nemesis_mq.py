@@ -39,7 +39,9 @@ BROKER = "broker-a"
 
 @contextlib.contextmanager
 def loopback_address(address: str) -> Iterator[str]:
-    """``address``/32 on the loopback interface for the block; removed afterwards."""
+    """``address``/32 on the loopback interface for the block; removed afterwards (and first, when a
+    killed run left it)."""
+    subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False, capture_output=True)
     subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True, capture_output=True)
     try:
         yield address

@@ -85,8 +85,12 @@ QUEUES = [f"{TOPIC}/{nemesis_mq.BROKER}:{i}" for i in range(QUEUE_COUNT)]
 RATE = 40.0
 """Messages a second the producer sends throughout the run."""
 ORDERLY = "orders-orderly"
-GROUP_MODES = {GROUP: "Release", ORDERLY: "Orderly"}
-"""Each group: its ConsumerGroup, Deployment, pods' app label and RocketMQ consumer group."""
+CLIENT = "orders-rebalance"
+CLIENT_MODE = "client rebalance"
+GROUP_MODES = {GROUP: "Release", ORDERLY: "Orderly", CLIENT: CLIENT_MODE}
+"""Each group: its Deployment, pods' app label and RocketMQ consumer group; the first two also their
+ConsumerGroup (mqbalance), the third rebalances on its own as RocketMQ's clients do (no sidecar)."""
+LEASED = [g for g, mode in GROUP_MODES.items() if mode != CLIENT_MODE]
 SHORT_FAULTS = ("partition-broker", "sigkill")
 """The short variant's faults (``make test-node``)."""
 INTERVALS = "http://127.0.0.1:8080/intervals"
@@ -288,7 +292,7 @@ class Nemesis:
         self.cluster, self.faults, self.rng = cluster, faults, rng
         self.mq, self.collector, self.producer = mq, collector, producer
         self.scraper = Scraper(cluster, faults)
-        self.documents = {g: Documents(cluster, g) for g in GROUP_MODES}
+        self.documents = {g: Documents(cluster, g) for g in LEASED}
         self.rounds: list[Round] = []
         self.scores: list[nemesis.FaultScore] = []
         self.step: dict[str, float] = dict.fromkeys(GROUP_MODES, 0.0)
@@ -307,13 +311,16 @@ class Nemesis:
                     ready[group].add(pod["metadata"]["name"])
             docs = {}
             for group in GROUP_MODES:
-                doc = assignment(self.cluster, group=group)
-                if doc is None or doc.releasing or len(ready[group]) != 3 or set(doc.members) != ready[group]:
+                if len(ready[group]) != 3:
                     return None
+                if group in LEASED:
+                    doc = assignment(self.cluster, group=group)
+                    if doc is None or doc.releasing or set(doc.members) != ready[group]:
+                        return None
+                    docs[group] = doc
                 processing = self.scraper.processing(group)
                 if not all(len(processing.get(q, ())) == 1 for q in QUEUES):
                     return None
-                docs[group] = doc
             return docs
 
         return wait_for(
@@ -331,9 +338,20 @@ class Nemesis:
         items = pods(self.cluster, "app.kubernetes.io/component=operator", "mqbalance")
         return str(next(p["spec"]["nodeName"] for p in items if p["metadata"]["name"] == name))
 
+    def operator_restarts(self) -> int:
+        """Restarts of the operator's containers so far (a round that adds some took the operator down)."""
+        items = pods(self.cluster, "app.kubernetes.io/component=operator", "mqbalance")
+        return sum(
+            int(c.get("restartCount", 0)) for p in items for c in p["status"].get("containerStatuses") or []
+        )
+
     def handed_on(self, docs: dict[str, AssignmentDocument], one: Round, timeout: float) -> None:
         """Wait until other pods process every queue each victim held, begun after the fault."""
         for group, victim in one.victims.items():
+            if group not in LEASED:
+                continue  # RocketMQ's own rebalance: scored, not waited for
+            if IGNORE_GRANT and GROUP_MODES[group] == "Orderly":
+                continue  # the cut-off app keeps the broker's lock: the queues cannot move while it runs
             doc = docs[group]
             held = sorted(
                 f"{t}/{q.broker_name}:{q.queue_id}" for t, qs in doc.queues_of(victim).items() for q in qs
@@ -358,7 +376,9 @@ class Nemesis:
                 nodes = [n for n in nodes if n != operator_node]
             node = self.rng.choice(nodes)
             victims = {g: p for g, d in docs.items() for p in sorted(d.members) if where.get(p) == node}
+            victims[CLIENT] = next(p for p, n in sorted(where.items()) if n == node and group_of(p) == CLIENT)
         one = Round(fault, victims, round(self.rng.uniform(0, MAX_DELAY), 2))
+        restarts = self.operator_restarts()
         one.started = time.time()
         time.sleep(one.delay)  # the random timing itself: where in a renewal's cycle the fault lands
         one.fault_at = time.time()
@@ -367,22 +387,27 @@ class Nemesis:
         self.settle()
         one.ended = time.time()
         self.rounds.append(one)
+        if self.operator_restarts() != restarts:
+            print(f"nemesis {fault}: the operator restarted during the round", flush=True)
         alive = self.scraper.read_all()
         for group in GROUP_MODES:
             self.score(one, group, healed, alive)
 
     def score(self, one: Round, group: str, healed: float, alive: set[str]) -> None:
         victim = one.victims.get(group)
-        documents = self.documents[group]
+        documents = self.documents.get(group)
         step = max(
             self.step[group], self.measure_step(group, one.started, one.ended, other_than=victim) or 0.0
         )
         found = self.scraper.intervals(alive, group)
-        documents.read_journal()
+        if documents is not None:
+            documents.read_journal()
         in_round = [i for i in found if i.end > one.started and i.start < one.ended]
         overlaps = nemesis.overlaps(found, since=one.started)
         longest = nemesis.gaps(found, QUEUES, one.fault_at, one.ended)[0]
-        revoked = documents.revoked_after(one.fault_at, victim) if victim or not one.victims else None
+        revoked = None
+        if documents is not None and (victim or not one.victims):
+            revoked = documents.revoked_after(one.fault_at, victim)
         score = nemesis.FaultScore(
             one.fault,
             one.delay,
@@ -411,6 +436,8 @@ class Nemesis:
             print(
                 f"  overlap on {pair.queue}: {pair.first} and {pair.second} ({pair.seconds:.2f}s)", flush=True
             )
+        if score.after_detection > score.bound and group in LEASED:
+            self.explain(group, longest, one.fault_at, found)
         assert in_round, f"{one.fault}: no processing interval of {group} seen in the round"
 
     def explain(self, group: str, gap: nemesis.Gap, at: float, found: list[nemesis.Interval]) -> None:
@@ -566,6 +593,8 @@ class Nemesis:
         """The one-step latency of ``group``'s generations computed between ``since`` and ``until``:
         until an app began processing under them (a fault's victim left out: its delay is the
         fault's); None when no app began a queue under one of them."""
+        if group not in self.documents:
+            return None  # no operator: no published generations
         computed = {
             g: d.computed_at
             for g, d in self.documents[group].by_generation.items()
@@ -629,6 +658,14 @@ def deployment(images: Images, name: str, env: dict[str, str]) -> dict[str, Any]
     app = containers["app"]
     app["env"] = [*app.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
     app["env"].append({"name": "GROUP", "value": name})
+    if GROUP_MODES[name] == CLIENT_MODE:
+        # No sidecar: the app rebalances on its own, as RocketMQ's clients do.
+        template["spec"]["containers"] = [app]
+        app["env"] += [
+            {"name": "CLIENT_REBALANCE", "value": "1"},
+            {"name": "QUEUES", "value": str(QUEUE_COUNT)},
+        ]
+        return result
     if GROUP_MODES[name] == "Orderly":
         app["env"].append(
             {"name": "ORDERLY", "value": "1"}
@@ -676,14 +713,14 @@ def run_suite(
         collector = stack.enter_context(nemesis_mq.collecting())
         broker = mq.broker_addr(nemesis_mq.BROKER)
         cluster.kubectl("create", "namespace", NAMESPACE)
-        install_chart(cluster, images, groups=list(GROUP_MODES))
+        install_chart(cluster, images, groups=LEASED)
         env = {
             "BROKERS": json.dumps({nemesis_mq.BROKER: broker}),
             "TOPIC": TOPIC,
             "COLLECTOR": collector.url,
             **({"IGNORE_GRANT": "1"} if IGNORE_GRANT else {}),
         }
-        apply(cluster, topic(), *(consumer_group(g, m) for g, m in GROUP_MODES.items()))
+        apply(cluster, topic(), *(consumer_group(g, GROUP_MODES[g]) for g in LEASED))
         apply(cluster, *(deployment(images, g, env) for g in GROUP_MODES))
         producer = nemesis_mq.Producer(broker, TOPIC, QUEUE_COUNT, RATE)
         run = Nemesis(cluster, faults, rng, mq, collector, producer)
@@ -728,6 +765,8 @@ def check(scores: Sequence[nemesis.FaultScore]) -> None:
         where = f"{score.fault} [{score.group}]"
         assert score.messages is not None
         assert score.messages.lost == [], f"{where}: lost {score.messages.lost[:5]}"
+        if score.group.split(" ")[0] not in LEASED:
+            continue  # RocketMQ's own rebalance: the baseline, shown beside the others
         if score.fault != SIGKILL:
             assert score.overlaps == [], f"{where}: two owners {score.overlaps}"
             assert score.messages.duplicates == [], f"{where}: duplicates {score.messages.duplicates[:5]}"
