@@ -269,6 +269,9 @@ class Consumer:
         """Held while a tick's batches run: a stop waits for them before it acknowledges."""
         self.pulled = self.reported = 0
         self.idle_until: dict[str, float] = {}
+        self.pending: dict[str, int] = {}
+        """queue -> an offset processed but not committed yet (the commit failed): retried, and no
+        generation is acknowledged meanwhile."""
         self.locked_until: dict[str, float] = {}
         """ORDERLY: queue -> until when its broker lock counts (monotonic)."""
         self.lock_sent = 0.0
@@ -355,9 +358,12 @@ class Consumer:
             view = self.view
             wanted = _queue_keys(view) if valid and view is not None and not self.stopping else set()
             generation = int(view["generation"]) if view is not None else -1
+        in_view = wanted
+        self.flush_commits()
         if ORDERLY and self.brokers:
-            # An orderly consumer processes only the queues it holds the broker's lock on.
-            self.relock(wanted)
+            # An orderly consumer processes only the queues it holds the broker's lock on (kept while
+            # a commit of a queue that left is pending).
+            self.relock(wanted | set(self.pending))
             wanted = {k for k in wanted if time.monotonic() < self.locked_until.get(k, 0.0)}
         now = time.time()
         with self.lock:
@@ -369,8 +375,8 @@ class Consumer:
                 else:
                     self.open[key] = {"queue": key, "start": now, "end": now + TICK, "generation": generation}
             ack = generation if valid and generation > self.acked else None
-        for key in set(self.offsets) - wanted:
-            del self.offsets[key]  # committed after its last batch
+        for key in set(self.offsets) - in_view - set(self.pending):
+            del self.offsets[key]  # committed after its last batch (kept while only its lock is missing)
         for key in sorted(wanted) if self.brokers else ():
             if ORDERLY and time.monotonic() >= self.locked_until.get(key, 0.0):
                 continue  # the lock ran out meanwhile: renewed at the next tick
@@ -378,7 +384,7 @@ class Consumer:
                 self.batch(key, deadline)
             except BrokerError as exc:
                 print(json.dumps({"broker": str(exc), "queue": key}), flush=True)
-        if ack is not None and not CLIENT_REBALANCE:
+        if ack is not None and not CLIENT_REBALANCE and not self.pending:
             try:  # nothing outside this generation's share is processed any more
                 self.client.release(ack)
                 self.acked = ack
@@ -455,11 +461,25 @@ class Consumer:
             return
         self.reported += len(done)
         self.offsets[key] = int(done[-1]["offset"]) + 1
+        self.pending[key] = self.offsets[key]
         broker.commit_forward(queue_id, self.offsets[key])
+        del self.pending[key]
+
+    def flush_commits(self) -> None:
+        """Commit what a failed commit left (the broker away): before any acknowledgement."""
+        for key, offset in sorted(self.pending.items()):
+            broker_name, _, queue = key.partition("/")[2].rpartition(":")
+            try:
+                self.brokers[broker_name].commit_forward(int(queue), offset)
+            except BrokerError:
+                continue
+            if self.pending.get(key) == offset:
+                del self.pending[key]
 
     def stop(self) -> None:
         # The batch in hand finishes (reported and committed) before anything is acknowledged.
         acquired = self.batch_lock.acquire(timeout=2)
+        self.flush_commits()
         with self.lock:
             self.stopping = True
             for key in sorted(self.open):

@@ -508,6 +508,8 @@ class Nemesis:
 
     def partition(self, one: Round, docs: dict[str, AssignmentDocument], broker: bool = False) -> float:
         node = self.victim_node(one)
+        if broker:  # cut off mid-batch, a run may have processed messages it can no longer commit
+            one.killed += [(v, b) for v in one.victims.values() if (b := self.scraper.boot(v)) is not None]
         self.faults.partition(node, api=True, hosts=[nemesis_mq.BROKER_IP] if broker else [])
         self.handed_on(docs, one, NODE_GRACE + LEASE + MARGIN + 60)
         self.faults.heal()
@@ -690,6 +692,11 @@ PLAN: list[FaultPlan] = [
     ("sigkill", "consumer SIGKILL", lambda n: n.sigkill, False, True),
 ]
 SIGKILL = "consumer SIGKILL"
+BROKER_PARTITION = "node cut off from API server and broker"
+IN_FLIGHT_AGAIN = (SIGKILL, BROKER_PARTITION)
+"""Faults after which a victim's in-flight messages (processed, not committed) may come again."""
+CONTROL_PLANE = ("API server restart", "operator's node cut off")
+"""Faults of the API server or the operator itself: the gap is reported, not held to the bound."""
 
 
 def run_suite(
@@ -769,13 +776,14 @@ def check(scores: Sequence[nemesis.FaultScore]) -> None:
             continue  # RocketMQ's own rebalance: the baseline, shown beside the others
         if score.fault != SIGKILL:
             assert score.overlaps == [], f"{where}: two owners {score.overlaps}"
-            assert score.messages.duplicates == [], f"{where}: duplicates {score.messages.duplicates[:5]}"
             assert score.messages.order_violations == [], f"{where}: {score.messages.order_violations[:5]}"
-        else:
+        if score.fault in IN_FLIGHT_AGAIN:
             assert score.unexplained == 0, (
-                f"{where}: {score.unexplained} duplicates not in the killed run's last batch"
+                f"{where}: {score.unexplained} duplicates not in the victim's last batch of their queue"
             )
-        if score.detected_after is not None:
+        else:
+            assert score.messages.duplicates == [], f"{where}: duplicates {score.messages.duplicates[:5]}"
+        if score.detected_after is not None and score.fault not in CONTROL_PLANE:
             assert score.after_detection <= score.bound, (
                 f"{where}: {score.longest} unconsumed {score.after_detection:.1f}s after the revocation"
             )
