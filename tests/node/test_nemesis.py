@@ -5,20 +5,21 @@ scored from what the consumer apps say they processed and what reached the sink.
 RocketMQ (5.3.3; ``MQBALANCE_NEMESIS_ROCKETMQ`` picks another release) runs on the machine, its
 broker on an address of its own that the pods reach (harness/nemesis_mq.py), with topic ``orders``
 of 12 queues. A producer on the machine sends keyed messages at a steady rate throughout (36 keys,
-one queue each, a sequence number per key in the body). Two groups consume the topic side by side,
-each with its own Deployment of one pod per zone and a short lease: ``orders-consumer`` with
-handover ``Release``, ``orders-orderly`` with ``Orderly`` (whose apps also hold RocketMQ's broker
-lock on a queue while they consume it, as an orderly consumer does). Each pod's app (harness/consumer_app.py)
-pulls its sidecar's queues from the broker only under a valid grant, reports every message it
-processed to a collector on the machine, commits forward only and records its processing
-intervals; a scraper thread reads every app's intervals through the pod's own loopback (entered from
-the machine: a partitioned node's pods cannot be reached through the API server), and a watcher
-keeps every published generation of each group. Per fault and group, ``harness.nemesis`` scores the
-round: overlapping owners, the longest time a queue went unprocessed, how long the operator took to
-revoke the victims' queues and the part of the gap after that against ``leaseSeconds +
-leaseMarginSeconds + 2 x the one-step latency``; and the messages: lost, duplicates by cause,
-per-key order violations, the longest a message waited. The one-step latency is measured in the
-first round, a plain readiness flip with no fault.
+one queue each, a sequence number per key in the body). Three groups consume the topic side by side,
+each with its own Deployment of one pod per zone: ``orders-consumer`` with handover ``Release`` and
+``orders-orderly`` with ``Orderly`` (whose apps also hold RocketMQ's broker lock on a queue while
+they consume it, as an orderly consumer does), both with a short lease, and ``orders-rebalance``, no
+sidecar, rebalancing as RocketMQ's own clients do (the baseline, checked only for losses). Each
+mqbalance pod's app (harness/consumer_app.py) pulls its sidecar's queues from the broker only under
+a valid grant, reports every message it processed to a collector on the machine, commits forward
+only and records its processing intervals; a scraper thread reads every app's intervals through the
+pod's own loopback (entered from the machine: a partitioned node's pods cannot be reached through
+the API server), and a watcher keeps every published generation of each group. Per fault and group,
+``harness.nemesis`` scores the round: overlapping owners, the longest time a queue went unprocessed,
+how long the operator took to revoke the victims' queues and the part of the gap after that against
+``leaseSeconds + leaseMarginSeconds + 2 x the one-step latency``; and the messages: lost, duplicates
+by cause, per-key order violations, the longest a message waited. The one-step latency is measured
+in the first round, a plain readiness flip with no fault.
 
 ``MQBALANCE_NEMESIS_SEED`` (default 21) and ``MQBALANCE_NEMESIS_ROUNDS`` (rounds per fault,
 default 1) vary the run; the seed and every delay are printed. ``MQBALANCE_NEMESIS_FAULTS`` picks
