@@ -16,6 +16,31 @@ With ``IGNORE_GRANT=1`` in its environment it is the client the grant cannot pro
 fenced answers and the grant's expiry and keeps processing its last queues (the nemesis suite's
 check that its scoring catches two owners on real pods).
 
+With ``BROKERS`` in its environment (JSON: broker name -> host:port) the batches are real: for each
+queue of its view it pulls the next messages from the broker (PULL_MESSAGE with the subscription in
+the request, as harness/lag_consumer_app.py does, with the project's remoting codec), processes
+them one by one while the batch's deadline (the tick's end, inside the grant) has not passed,
+reports them to ``COLLECTOR`` (an HTTP server on the machine: what the sink received outlives the
+pod) and then commits the next offset, forward only (the broker's offset is read back first and
+never moved backwards). A queue's offset is read from the broker when the queue enters the view and
+kept in memory while it stays; a batch whose report fails is not committed (pulled again). The
+messages' bodies are the producer's JSON ``{"key": ..., "seq": ...}``. Also ``GROUP`` (RocketMQ's
+consumer group), ``TOPIC``, ``BATCH`` (messages a pull asks for). With ``ORDERLY=1`` it also does
+what RocketMQ's orderly consumer does: it processes a queue only while it holds the broker's lock
+on it (LOCK_BATCH_MQ for every queue of its view, renewed every ``LOCK_RENEW`` seconds; a lock
+counts for ``LOCK_VALID`` seconds from when its request was sent, well inside the broker's own
+lifetime) and unlocks a queue (UNLOCK_BATCH_MQ) when it leaves the view, before the generation is
+acknowledged.
+
+With ``CLIENT_REBALANCE=1`` it uses no sidecar: it rebalances on its own as RocketMQ's clients do
+(``RebalanceImpl``), the baseline the nemesis suite compares with. Every ``REBALANCE`` seconds it
+sends a heartbeat (HEART_BEAT, which registers it with the broker as a consumer of ``GROUP``, its
+pod name as client id), asks the broker for the group's consumer list
+(GET_CONSUMER_LIST_BY_GROUP), and takes its share of the topic's ``QUEUES`` queues with
+``AllocateMessageQueueAveragely`` (``mqbalance.strategies.avg.allocate_avg``, the sorted queues
+over the sorted client ids). There is no grant: it processes its share until the next rebalance
+says otherwise.
+
 Its readiness endpoint (``GET :8080/ready``, the container's readinessProbe) answers 503
 while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outside with
 ``kubectl exec ... touch /tmp/unready``.
@@ -24,15 +49,20 @@ while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outsi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
+import socket
+import struct
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
 from mqbalance.sidecar.client import SidecarClient, SidecarError
 
 UNREADY_FILE = "/tmp/unready"
@@ -41,6 +71,181 @@ TICK = 0.1
 """Seconds one batch takes: a batch starts only when the grant lasts at least this long more."""
 SEEN_KEPT = 200
 IGNORE_GRANT = os.environ.get("IGNORE_GRANT") == "1"
+BROKERS: dict[str, str] = json.loads(os.environ.get("BROKERS") or "{}")
+"""Broker name -> host:port; empty: processing is acted out, no messages."""
+MQ_GROUP = os.environ.get("GROUP", "")
+TOPIC = os.environ.get("TOPIC", "")
+COLLECTOR = os.environ.get("COLLECTOR", "")
+BATCH = int(os.environ.get("BATCH", "16"))
+IDLE_PULL = 0.3
+"""Seconds before a queue whose last pull found nothing is pulled again."""
+
+ORDERLY = os.environ.get("ORDERLY") == "1"
+LOCK_RENEW = 1.0
+LOCK_VALID = 3.0
+LOCK_RETRY = 0.2
+"""Seconds a broker lock counts here after its request was sent (the broker keeps it longer)."""
+PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
+LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 41, 42
+HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP = 34, 38
+CLIENT_REBALANCE = os.environ.get("CLIENT_REBALANCE") == "1"
+REBALANCE = float(os.environ.get("REBALANCE_SECONDS", "2"))
+QUEUE_COUNT = int(os.environ.get("QUEUES", "0"))
+SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED, QUERY_NOT_FOUND = 0, 19, 20, 21, 22
+FLAG_SUBSCRIPTION = 0x4
+"""PullSysFlag: the subscription comes with the request (no heartbeat registration needed)."""
+MAGIC_V2 = 0xDAA320AB
+"""MessageDecoder.MESSAGE_MAGIC_CODE_V2: the topic's length takes two bytes (else one)."""
+BORN_V6, STORE_V6 = 0x10, 0x20
+"""MessageSysFlag: the born or store host is an IPv6 address (16 bytes, else 4)."""
+
+
+class BrokerError(RuntimeError):
+    """A broker unreachable or answering with an error: the batch is abandoned, nothing committed."""
+
+
+class Broker:
+    """One blocking connection to a broker, opened again after any error (a broker restart)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock: socket.socket | None = None
+        self.opaque = 0
+
+    def call(self, code: int, fields: dict[str, object], body: bytes = b"") -> Any:
+        try:
+            if self.sock is None:
+                host, _, port = self.address.rpartition(":")
+                self.sock = socket.create_connection((host, int(port)), timeout=2)
+            self.opaque += 1
+            command = dataclasses.replace(request(code, self.opaque, fields), body=body)
+            self.sock.sendall(encode(command))
+            while (
+                True
+            ):  # the broker's own requests to a registered client (NOTIFY_CONSUMER_IDS_CHANGED) skipped
+                answer = decode_payload(self._read(frame_length(self._read(4))))
+                if answer.is_response and answer.opaque == self.opaque:
+                    return answer
+        except (OSError, ValueError) as exc:
+            if self.sock is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.close()
+            self.sock = None
+            raise BrokerError(f"{self.address}: {exc}") from None
+
+    def _read(self, n: int) -> bytes:
+        assert self.sock is not None
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return data
+
+    def committed(self, queue_id: int) -> int:
+        fields = {"consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id}
+        answer = self.call(QUERY_CONSUMER_OFFSET, fields)
+        if answer.code == QUERY_NOT_FOUND:
+            return 0
+        if answer.code != SUCCESS:
+            raise BrokerError(f"QUERY_CONSUMER_OFFSET: {answer.code} {answer.remark}")
+        return int(answer.ext_fields["offset"])
+
+    def commit_forward(self, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` unless the broker already holds a later one (its own commit overwrites)."""
+        if self.committed(queue_id) >= offset:
+            return
+        fields = {"consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}
+        answer = self.call(UPDATE_CONSUMER_OFFSET, fields)
+        if answer.code != SUCCESS:
+            raise BrokerError(f"UPDATE_CONSUMER_OFFSET: {answer.code} {answer.remark}")
+
+    def lock(self, broker_name: str, queue_ids: list[int], unlock: bool = False) -> set[int]:
+        """Lock (or unlock) the queues on the broker for this pod, as an orderly consumer does;
+        returns the queues locked."""
+        body = {
+            "consumerGroup": MQ_GROUP,
+            "clientId": os.environ.get("HOSTNAME", ""),
+            "onlyThisBroker": True,
+            "mqSet": [{"topic": TOPIC, "brokerName": broker_name, "queueId": q} for q in queue_ids],
+        }
+        answer = self.call(UNLOCK_BATCH_MQ if unlock else LOCK_BATCH_MQ, {}, json.dumps(body).encode())
+        if answer.code != SUCCESS:
+            raise BrokerError(f"{'UN' if unlock else ''}LOCK_BATCH_MQ: {answer.code} {answer.remark}")
+        if unlock:
+            return set()
+        locked = json.loads(answer.body or b"{}").get("lockOKMQSet") or []
+        return {int(q["queueId"]) for q in locked}
+
+    def heartbeat(self, client_id: str) -> None:
+        """Register (again) as a consumer of the group, pulling the topic, as a RocketMQ client does."""
+        subscription = {
+            "topic": TOPIC, "subString": "*", "classFilterMode": False, "tagsSet": [], "codeSet": [],
+            "subVersion": int(time.time() * 1000), "expressionType": "TAG",
+        }  # fmt: skip
+        body = {
+            "clientID": client_id,
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": MQ_GROUP,
+                    "consumeType": "CONSUME_ACTIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [subscription],
+                }
+            ],
+        }
+        answer = self.call(HEART_BEAT, {}, json.dumps(body).encode())
+        if answer.code != SUCCESS:
+            raise BrokerError(f"HEART_BEAT: {answer.code} {answer.remark}")
+
+    def consumers(self) -> list[str]:
+        answer = self.call(GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": MQ_GROUP})
+        if answer.code != SUCCESS:
+            raise BrokerError(f"GET_CONSUMER_LIST_BY_GROUP: {answer.code} {answer.remark}")
+        return sorted(json.loads(answer.body or b"{}").get("consumerIdList") or [])
+
+    def pull(self, queue_id: int, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """The messages from ``offset`` on, as (queue offset, body), and the next offset."""
+        fields = {
+            "consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id, "queueOffset": offset,
+            "maxMsgNums": BATCH, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subscription": "*", "subVersion": 0, "expressionType": "TAG",
+        }  # fmt: skip
+        answer = self.call(PULL_MESSAGE, fields)
+        if answer.code in (PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY):
+            return [], offset
+        if answer.code == PULL_OFFSET_MOVED:
+            print(
+                json.dumps({"offsetMoved": queue_id, "from": offset, "fields": answer.ext_fields}), flush=True
+            )
+            return [], int(answer.ext_fields.get("nextBeginOffset", offset))
+        if answer.code != SUCCESS:
+            raise BrokerError(f"PULL_MESSAGE: {answer.code} {answer.remark}")
+        return decode_messages(answer.body or b""), int(answer.ext_fields["nextBeginOffset"])
+
+
+def decode_messages(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    """(queue offset, JSON body) of each message in RocketMQ's store format (MessageDecoder)."""
+    found = []
+    at = 0
+    while at + 4 <= len(data):
+        size = struct.unpack_from(">i", data, at)[0]
+        magic = struct.unpack_from(">I", data, at + 4)[0]
+        queue_offset = struct.unpack_from(">q", data, at + 20)[0]
+        sys_flag = struct.unpack_from(">i", data, at + 36)[0]
+        pos = at + 40 + 8  # the born timestamp
+        pos += (16 if sys_flag & BORN_V6 else 4) + 4 + 8  # born host and port, store timestamp
+        pos += (16 if sys_flag & STORE_V6 else 4) + 4 + 4 + 8  # store host, reconsume times, prepared offset
+        body_length = struct.unpack_from(">i", data, pos)[0]
+        body = data[pos + 4 : pos + 4 + body_length]
+        del magic  # the topic and properties that follow are not needed
+        found.append((queue_offset, json.loads(body)))
+        at += size
+    return found
 
 
 class Consumer:
@@ -57,6 +262,20 @@ class Consumer:
         self.closed: list[dict[str, Any]] = []
         self.acked = -1
         self.stopping = False
+        self.brokers = {name: Broker(address) for name, address in BROKERS.items()}
+        self.offsets: dict[str, int] = {}
+        """queue -> the next offset to process, while the queue stays in the view."""
+        self.batch_lock = threading.Lock()
+        """Held while a tick's batches run: a stop waits for them before it acknowledges."""
+        self.pulled = self.reported = 0
+        self.idle_until: dict[str, float] = {}
+        self.pending: dict[str, int] = {}
+        """queue -> an offset processed but not committed yet (the commit failed): retried, and no
+        generation is acknowledged meanwhile."""
+        self.locked_until: dict[str, float] = {}
+        """ORDERLY: queue -> until when its broker lock counts (monotonic)."""
+        self.lock_sent = 0.0
+        """queue -> when to pull it again after a pull that found nothing (monotonic)."""
 
     def follow(self) -> None:
         after = -1
@@ -83,44 +302,194 @@ class Consumer:
             if view.get("fenced") is True:
                 time.sleep(TICK)  # a fenced sidecar answers long-polls at once
 
+    def rebalance(self) -> None:
+        """CLIENT_REBALANCE: heartbeat, consumer list, AllocateMessageQueueAveragely, every REBALANCE s."""
+        from mqbalance.model import MessageQueue
+        from mqbalance.strategies.avg import allocate_avg
+
+        me = os.environ.get("HOSTNAME", "")
+        broker_name, address = next(iter(BROKERS.items()))
+        control = Broker(address)  # its own connection: the broker forgets the client when it closes
+        queues = [MessageQueue(TOPIC, broker_name, q) for q in range(QUEUE_COUNT)]
+        generation = 0
+        while not self.stopping:
+            try:
+                control.heartbeat(me)
+                ids = control.consumers()
+            except BrokerError as exc:
+                print(json.dumps({"rebalance": str(exc)}), flush=True)
+                time.sleep(REBALANCE)
+                continue
+            share = allocate_avg(queues, ids).get(me, []) if me in ids else []
+            view = {
+                "queues": {TOPIC: [{"brokerName": q.broker_name, "queueId": q.queue_id} for q in share]},
+                "consumers": ids,
+            }
+            with self.lock:
+                if self.view is None or self.view["queues"] != view["queues"]:
+                    generation += 1
+                    self.view = {**view, "generation": generation}
+                    self.seen[generation] = time.time()
+                    print(
+                        json.dumps({"generation": generation, "consumers": ids, "queues": view["queues"]}),
+                        flush=True,
+                    )
+            time.sleep(REBALANCE)
+
     def process(self) -> None:
         while not self.stopping:
             self.tick()
             time.sleep(TICK)
 
     def tick(self) -> None:
+        with self.batch_lock:
+            self._tick()
+
+    def _tick(self) -> None:
         # The grant first, then the clock: a batch that starts now ends by now + TICK, inside it.
-        remaining = self.client.grant_remaining()
-        valid = IGNORE_GRANT or (self.client.grant_valid() and (remaining is None or remaining > TICK))
-        now = time.time()
+        remaining = None if CLIENT_REBALANCE else self.client.grant_remaining()
+        valid = (
+            IGNORE_GRANT
+            or CLIENT_REBALANCE
+            or (self.client.grant_valid() and (remaining is None or remaining > TICK))
+        )
+        deadline = time.monotonic() + TICK
         with self.lock:
             view = self.view
             wanted = _queue_keys(view) if valid and view is not None and not self.stopping else set()
+            generation = int(view["generation"]) if view is not None else -1
+        in_view = wanted
+        self.flush_commits()
+        if ORDERLY and self.brokers:
+            # An orderly consumer processes only the queues it holds the broker's lock on (kept while
+            # a commit of a queue that left is pending).
+            self.relock(wanted | set(self.pending))
+            wanted = {k for k in wanted if time.monotonic() < self.locked_until.get(k, 0.0)}
+        now = time.time()
+        with self.lock:
             for key in sorted(set(self.open) - wanted):
                 self.closed.append({**self.open.pop(key), "open": False})
-            generation = int(view["generation"]) if view is not None else -1
             for key in wanted:
                 if key in self.open:
                     self.open[key]["end"] = now + TICK
                 else:
                     self.open[key] = {"queue": key, "start": now, "end": now + TICK, "generation": generation}
             ack = generation if valid and generation > self.acked else None
-        if ack is not None:
+        for key in set(self.offsets) - in_view - set(self.pending):
+            del self.offsets[key]  # committed after its last batch (kept while only its lock is missing)
+        for key in sorted(wanted) if self.brokers else ():
+            if ORDERLY and time.monotonic() >= self.locked_until.get(key, 0.0):
+                continue  # the lock ran out meanwhile: renewed at the next tick
+            try:
+                self.batch(key, deadline)
+            except BrokerError as exc:
+                print(json.dumps({"broker": str(exc), "queue": key}), flush=True)
+        if ack is not None and not CLIENT_REBALANCE and not self.pending:
             try:  # nothing outside this generation's share is processed any more
                 self.client.release(ack)
                 self.acked = ack
             except SidecarError:
                 pass  # asked again at the next tick
 
+    def relock(self, wanted: set[str]) -> None:
+        """ORDERLY: unlock the queues that left the view, lock (renew) the ones in it."""
+        by_broker: dict[str, dict[int, str]] = {}
+        for key in set(self.locked_until) - wanted:
+            del self.locked_until[key]
+            broker_name, _, queue = key.partition("/")[2].rpartition(":")
+            with contextlib.suppress(BrokerError):  # the broker's lock lifetime frees it anyway
+                self.brokers[broker_name].lock(broker_name, [int(queue)], unlock=True)
+        since = time.monotonic() - self.lock_sent
+        if not wanted or (since < LOCK_RENEW and (since < LOCK_RETRY or wanted <= set(self.locked_until))):
+            return  # renewed every LOCK_RENEW; a queue not locked yet is tried every LOCK_RETRY
+        for key in wanted:
+            broker_name, _, queue = key.partition("/")[2].rpartition(":")
+            by_broker.setdefault(broker_name, {})[int(queue)] = key
+        self.lock_sent = sent = time.monotonic()
+        for broker_name, queues in by_broker.items():
+            try:
+                locked = self.brokers[broker_name].lock(broker_name, sorted(queues))
+            except BrokerError as exc:
+                print(json.dumps({"lock": str(exc)}), flush=True)
+                continue
+            if set(queues) - locked:
+                print(json.dumps({"notLocked": sorted(set(queues) - locked), "at": time.time()}), flush=True)
+            for queue_id, key in queues.items():
+                if queue_id in locked:
+                    self.locked_until[key] = sent + LOCK_VALID
+                else:
+                    self.locked_until.pop(key, None)
+
+    def batch(self, key: str, deadline: float) -> None:
+        """One batch of ``key``: pull, process while before ``deadline``, report, commit forward."""
+        now = time.monotonic()
+        if now >= deadline or now < self.idle_until.get(key, 0.0):
+            return
+        broker_name, _, queue = key.partition("/")[2].rpartition(":")
+        broker, queue_id = self.brokers[broker_name], int(queue)
+        if key not in self.offsets:
+            self.offsets[key] = broker.committed(queue_id)
+        messages, following = broker.pull(queue_id, self.offsets[key])
+        self.pulled += len(messages)
+        done = []
+        for offset, body in messages:
+            if time.monotonic() >= deadline:
+                break  # the grant's batch is over: the rest is pulled again
+            done.append(
+                {"queue": key, "offset": offset, "key": body["key"], "seq": body["seq"], "at": time.time()}
+            )
+        if not messages:
+            self.offsets[key] = following
+            self.idle_until[key] = time.monotonic() + IDLE_PULL
+            return
+        if not done or time.monotonic() >= deadline:
+            return  # nothing handed to the sink: nothing processed, nothing committed
+        report = {
+            "group": MQ_GROUP,
+            "pod": os.environ.get("HOSTNAME", ""),
+            "boot": self.boot,
+            "messages": done,
+        }
+        req = urllib.request.Request(
+            COLLECTOR, json.dumps(report).encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=2):
+                pass
+        except OSError as exc:
+            print(json.dumps({"collector": str(exc)}), flush=True)
+            return
+        self.reported += len(done)
+        self.offsets[key] = int(done[-1]["offset"]) + 1
+        self.pending[key] = self.offsets[key]
+        broker.commit_forward(queue_id, self.offsets[key])
+        del self.pending[key]
+
+    def flush_commits(self) -> None:
+        """Commit what a failed commit left (the broker away): before any acknowledgement."""
+        for key, offset in sorted(self.pending.items()):
+            broker_name, _, queue = key.partition("/")[2].rpartition(":")
+            try:
+                self.brokers[broker_name].commit_forward(int(queue), offset)
+            except BrokerError:
+                continue
+            if self.pending.get(key) == offset:
+                del self.pending[key]
+
     def stop(self) -> None:
+        # The batch in hand finishes (reported and committed) before anything is acknowledged.
+        acquired = self.batch_lock.acquire(timeout=2)
+        self.flush_commits()
         with self.lock:
             self.stopping = True
             for key in sorted(self.open):
                 self.closed.append({**self.open.pop(key), "open": False})
             generation = int(self.view["generation"]) if self.view is not None else -1
-        if generation >= 0:
+        if generation >= 0 and not CLIENT_REBALANCE:
             with contextlib.suppress(SidecarError):  # unrecorded: the operator waits for its timeout
                 self.client.release(generation, all=True)
+        if acquired:
+            self.batch_lock.release()
 
     def record(self) -> dict[str, Any]:
         with self.lock:
@@ -131,6 +500,8 @@ class Consumer:
                 "now": time.time(),
                 "intervals": intervals,
                 "seen": {str(g): t for g, t in self.seen.items()},
+                "pulled": self.pulled,
+                "reported": self.reported,
             }
 
 
@@ -172,7 +543,7 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, terminate)
-    threading.Thread(target=consumer.follow, daemon=True).start()
+    threading.Thread(target=consumer.rebalance if CLIENT_REBALANCE else consumer.follow, daemon=True).start()
     threading.Thread(target=consumer.process, daemon=True).start()
     ThreadingHTTPServer(("", PORT), handler(consumer)).serve_forever()
 

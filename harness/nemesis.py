@@ -15,12 +15,26 @@ values and score a fault's round:
   pod processed it, with the queue and the stretch, compared with
   ``leaseSeconds + leaseMarginSeconds + 2 x the one-step latency`` (:func:`gap_bound`).
 
+With real messages (a producer sending keyed messages, the apps pulling them from the broker and
+reporting every message they processed: :class:`Sent`, :class:`Processed`) it also scores what
+happened to the messages (:func:`message_score`):
+
+- **lost**: sent and acknowledged by the broker (its queue and offset known from the answer) but
+  never processed by anyone by the end;
+- **duplicates**, by cause: a queue offset processed again by the same run of a pod, by the same
+  pod after its container restarted, or by another pod;
+- **order violations**: a message processed for the first time while a later message of the same
+  key in the same queue (a higher sequence number) had already been processed. Processing a
+  message again (a duplicate) is not counted here: a redelivery replays in order from the replay
+  point, and it is counted as a duplicate.
+
 Times are Unix seconds: every node of a ``RealNode`` cluster is a network namespace on the one
 machine, so the apps and the runner read the same clock.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,6 +225,11 @@ class FaultScore:
 
     lease: float = 0.0
     margin: float = 0.0
+    group: str = ""
+    messages: MessageScore | None = None
+    """What happened to the messages of the round (None: no messages in this run)."""
+    unexplained: int = 0
+    """Duplicates not among a killed run's in-flight messages (:func:`only_in_flight`)."""
 
     @property
     def after_detection(self) -> float:
@@ -224,32 +243,163 @@ def table(scores: Sequence[FaultScore]) -> str:
     """The per-fault table the runner prints and docs/reliability.md copies."""
     head = (
         "fault",
+        "group",
         "delay s",
         "held s",
-        "intervals",
         "overlapping owners",
         "longest unconsumed s",
         "fault to revocation s",
         "unconsumed after revocation s",
         "one step s",
         "bound s",
+        "sent",
+        "lost",
+        "duplicates same run/after restart/two pods",
+        "order violations",
+        "longest wait s",
     )
-    rows = [
-        (
-            s.fault,
-            f"{s.delay:.2f}",
-            f"{s.held:.1f}",
-            str(s.intervals),
-            str(len(s.overlaps)),
-            f"{s.longest.seconds:.1f} ({s.longest.queue})",
-            "-" if s.detected_after is None else f"{s.detected_after:.1f}",
-            f"{s.after_detection:.1f}",
-            f"{s.step:.2f}",
-            f"{s.bound:.1f}",
+    rows = []
+    for s in scores:
+        m = s.messages
+        dups = "-" if m is None else "/".join(str(n) for n in m.by_cause().values())
+        rows.append(
+            (
+                s.fault,
+                s.group,
+                f"{s.delay:.2f}",
+                f"{s.held:.1f}",
+                str(len(s.overlaps)),
+                f"{s.longest.seconds:.1f} ({s.longest.queue})",
+                "-" if s.detected_after is None else f"{s.detected_after:.1f}",
+                f"{s.after_detection:.1f}",
+                f"{s.step:.2f}",
+                f"{s.bound:.1f}",
+                "-" if m is None else str(m.sent),
+                "-" if m is None else str(len(m.lost)),
+                dups,
+                "-" if m is None else str(len(m.order_violations)),
+                "-" if m is None or m.longest_wait is None else f"{m.longest_wait:.1f}",
+            )
         )
-        for s in scores
-    ]
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (head, *rows)
     )
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A message the broker acknowledged: stored in ``queue`` at ``offset``; ``key``'s ``seq``-th."""
+
+    queue: str
+    offset: int
+    key: str
+    seq: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Processed:
+    """``member`` (run ``boot``) processed the message at ``queue``/``offset`` at ``at``."""
+
+    member: str
+    boot: float
+    queue: str
+    offset: int
+    key: str
+    seq: int
+    at: float
+
+
+DUPLICATE_CAUSES = ("same run", "after restart", "two pods")
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    first: Processed
+    again: Processed
+
+    @property
+    def cause(self) -> str:
+        if self.first.member != self.again.member:
+            return "two pods"
+        return "same run" if self.first.boot == self.again.boot else "after restart"
+
+
+@dataclass(frozen=True)
+class OrderViolation:
+    """``late`` was processed for the first time after ``ahead``, a later message of its key."""
+
+    ahead: Processed
+    late: Processed
+
+
+@dataclass(frozen=True)
+class MessageScore:
+    sent: int
+    processed: int
+    lost: list[Sent]
+    duplicates: list[Duplicate]
+    order_violations: list[OrderViolation]
+    longest_wait: float | None = None
+    """The longest a message sent in the window waited until first processed (None: none was)."""
+
+    def by_cause(self) -> dict[str, int]:
+        counts = Counter(d.cause for d in self.duplicates)
+        return {cause: counts.get(cause, 0) for cause in DUPLICATE_CAUSES}
+
+
+def message_score(
+    sent: Iterable[Sent],
+    processed: Iterable[Processed],
+    start: float | None = None,
+    end: float | None = None,
+) -> MessageScore:
+    """Lost, duplicates and order violations over the whole record; with ``start``/``end`` only
+    the ones that belong to that window count: a message lost when it was sent in it, a duplicate
+    or an order violation when its later processing happened in it."""
+
+    def inside(at: float) -> bool:
+        return (start is None or at >= start) and (end is None or at < end)
+
+    done = sorted(processed, key=lambda p: (p.at, p.queue, p.offset))
+    first: dict[tuple[str, int], Processed] = {}
+    duplicates: list[Duplicate] = []
+    violations: list[OrderViolation] = []
+    ahead: dict[tuple[str, str], Processed] = {}
+    for item in done:
+        where = (item.queue, item.offset)
+        if where in first:
+            if inside(item.at):
+                duplicates.append(Duplicate(first[where], item))
+            continue
+        first[where] = item
+        highest = ahead.get((item.queue, item.key))
+        if highest is not None and highest.seq > item.seq:
+            if inside(item.at):
+                violations.append(OrderViolation(highest, item))
+        else:
+            ahead[(item.queue, item.key)] = item
+    all_sent = [s for s in sent if inside(s.at)]
+    lost = sorted(
+        (s for s in all_sent if (s.queue, s.offset) not in first), key=lambda s: (s.queue, s.offset)
+    )
+    in_window = sum(1 for p in done if inside(p.at))
+    waits = [first[(s.queue, s.offset)].at - s.at for s in all_sent if (s.queue, s.offset) in first]
+    return MessageScore(len(all_sent), in_window, lost, duplicates, violations, max(waits, default=None))
+
+
+def only_in_flight(
+    duplicates: Iterable[Duplicate], in_flight: Mapping[tuple[str, float], set[tuple[str, int]]]
+) -> list[Duplicate]:
+    """The duplicates that are *not* explained by a killed run's in-flight messages: ``in_flight``
+    maps (member, boot) of a run that died to the (queue, offset) it had processed but not
+    committed when it died; an empty answer means every duplicate was one of those."""
+    return [
+        d
+        for d in duplicates
+        if (d.first.queue, d.first.offset) not in in_flight.get((d.first.member, d.first.boot), set())
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,10 +11,14 @@ from harness.nemesis import (
     FaultScore,
     Gap,
     Interval,
+    Processed,
+    Sent,
     Snapshots,
     gap_bound,
     gaps,
     intervals,
+    message_score,
+    only_in_flight,
     overlaps,
     step_latency,
     table,
@@ -151,3 +156,93 @@ def test_the_score_splits_the_gap_at_the_revocation_and_the_table_shows_it() -> 
         "api-restart", 0.1, 10.0, 2, [], longest, None, held=9.0, step=0.5, lease=4, margin=2
     )
     assert undetected.after_detection == pytest.approx(28.0)
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+def _sent(*items: tuple[str, int, str, int, float]) -> list[Sent]:
+    return [Sent(q, o, k, s, at) for q, o, k, s, at in items]
+
+
+def _done(member: str, boot: float, *items: tuple[str, int, str, int, float]) -> list[Processed]:
+    return [Processed(member, boot, q, o, k, s, at) for q, o, k, s, at in items]
+
+
+SENT = _sent((Q0, 0, "k0", 0, 1.0), (Q0, 1, "k0", 1, 1.1), (Q0, 2, "k0", 2, 1.2), (Q1, 0, "k1", 0, 1.0))
+
+
+def test_every_message_processed_once_in_order_scores_clean() -> None:
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 1, "k0", 1, 2.1), (Q0, 2, "k0", 2, 2.2))
+    done += _done("p1", 1.0, (Q1, 0, "k1", 0, 2.0))
+    score = message_score(SENT, done)
+    assert (score.sent, score.processed, score.lost, score.duplicates, score.order_violations) == (
+        4,
+        4,
+        [],
+        [],
+        [],
+    )
+    assert score.by_cause() == {"same run": 0, "after restart": 0, "two pods": 0}
+    assert score.longest_wait == pytest.approx(1.0)
+
+
+def test_a_planted_loss_is_caught() -> None:
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 2, "k0", 2, 2.2), (Q1, 0, "k1", 0, 2.0))
+    score = message_score(SENT, done)
+    assert score.lost == [SENT[1]]  # offset 1 of Q0 never processed
+    # An order violation needs a first processing below what was seen: skipping one is a loss only.
+    assert score.order_violations == []
+
+
+def test_planted_duplicates_are_caught_by_cause() -> None:
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 1, "k0", 1, 2.1), (Q1, 0, "k1", 0, 2.0))
+    done += _done("p0", 5.0, (Q0, 1, "k0", 1, 6.0), (Q0, 2, "k0", 2, 6.1))  # the same pod's next run
+    done += _done("p1", 1.0, (Q1, 0, "k1", 0, 7.0))  # another pod
+    done += _done("p0", 5.0, (Q0, 2, "k0", 2, 8.0))  # the same run again
+    score = message_score(SENT, done)
+    assert score.lost == []
+    assert score.by_cause() == {"same run": 1, "after restart": 1, "two pods": 1}
+    two_pods = next(d for d in score.duplicates if d.cause == "two pods")
+    assert (two_pods.first.member, two_pods.again.member, two_pods.again.queue) == ("p0", "p1", Q1)
+    assert score.order_violations == []  # a redelivery replays in order: a duplicate, not a violation
+
+
+def test_a_planted_order_violation_is_caught() -> None:
+    # Two pods on one queue: p1 processes seq 2 before p0 gets to seq 1 (first time for each).
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 1, "k0", 1, 2.5), (Q1, 0, "k1", 0, 2.0))
+    done += _done("p1", 1.0, (Q0, 2, "k0", 2, 2.2))
+    score = message_score(SENT, done)
+    assert score.lost == []
+    assert score.duplicates == []
+    (violation,) = score.order_violations
+    assert (violation.ahead.seq, violation.late.seq, violation.late.member) == (2, 1, "p0")
+
+
+def test_a_window_counts_losses_by_sending_and_duplicates_by_the_second_processing() -> None:
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 2, "k0", 2, 2.2), (Q1, 0, "k1", 0, 2.0))
+    done += _done("p1", 1.0, (Q0, 0, "k0", 0, 9.0))
+    early = message_score(SENT, done, None, 1.05)
+    late = message_score(SENT, done, 1.05, None)
+    assert (early.sent, early.lost, early.duplicates) == (2, [], [])
+    assert late.lost == [SENT[1]]
+    assert len(late.duplicates) == 1
+
+
+def test_only_a_killed_runs_in_flight_messages_may_come_again() -> None:
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 1, "k0", 1, 2.1), (Q0, 2, "k0", 2, 2.2))
+    done += _done("p0", 5.0, (Q0, 1, "k0", 1, 6.0), (Q0, 2, "k0", 2, 6.1))
+    score = message_score(SENT, done)
+    in_flight = {("p0", 1.0): {(Q0, 2)}}  # the killed run's last batch was offset 2 only
+    (unexplained,) = only_in_flight(score.duplicates, in_flight)
+    assert unexplained.first.offset == 1
+    assert only_in_flight(score.duplicates, {("p0", 1.0): {(Q0, 1), (Q0, 2)}}) == []
+
+
+def test_the_table_shows_the_message_columns() -> None:
+    score = FaultScore("consumer SIGKILL", 0.5, 10.0, 4, [], Gap(Q0, 10.0, 11.0), None, 1.0, 0.1, 4.0, 2.0)
+    done = _done("p0", 1.0, (Q0, 0, "k0", 0, 2.0), (Q0, 0, "k0", 0, 3.0))
+    with_messages = replace(score, group="g (Release)", messages=message_score(SENT[:1], done))
+    text = table([with_messages])
+    assert "duplicates same run/after restart/two pods" in text.splitlines()[0]
+    assert "1/0/0" in text.splitlines()[1]

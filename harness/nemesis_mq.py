@@ -1,0 +1,253 @@
+"""Real messages for the nemesis suite (tests/node/test_nemesis.py): a RocketMQ broker the nodes'
+pods reach on an address of its own, a producer of keyed messages at a steady rate, and the
+collector that receives every message the consumer apps processed.
+
+Addresses: the API server is at ``NODE_IP`` (198.18.0.1) on the machine's loopback interface,
+which the nodes' network namespaces reach through their bridge (docs/real-node.md, "Three
+nodes"). The broker and the collector get two more addresses of that range on the loopback
+interface (:class:`LoopbackAddress`), so a node can be cut off from the API server alone, from the
+broker as well, and never from the collector (it is the suite's observer, not part of the system
+under test). Nothing here talks to anything but those loopback addresses.
+
+RocketMQ 5.3.3 binds the address given as ``bindAddress``; 4.9.7 binds the wildcard address and is
+reached there too (:func:`start_broker`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from harness import nemesis
+from harness import rocketmq as rmq
+from harness.polling import scaled, wait_for
+from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
+
+BROKER_IP = "198.18.0.3"
+COLLECTOR_IP = "198.18.0.2"
+SEND_MESSAGE = 10
+BROKER = "broker-a"
+
+
+@contextlib.contextmanager
+def loopback_address(address: str) -> Iterator[str]:
+    """``address``/32 on the loopback interface for the block; removed afterwards (and first, when a
+    killed run left it)."""
+    subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False, capture_output=True)
+    subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True, capture_output=True)
+    try:
+        yield address
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False, capture_output=True)
+
+
+class NemesisRocketMQ(rmq.RocketMQ):
+    """One NameServer (loopback, for the harness only) and one broker that registers and, on 5.x,
+    binds ``BROKER_IP``: the pods reach it there. ``lock_ms``: the broker's lock lifetime
+    (``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s by default) for orderly consumers."""
+
+    def __init__(self, version: str, lock_ms: int | None = None) -> None:
+        config = {"brokerIP1": BROKER_IP}
+        if int(version.split(".")[0]) >= 5:
+            config["bindAddress"] = BROKER_IP
+        super().__init__(version, broker_config=config)
+        self.lock_ms = lock_ms
+
+    def broker_addr(self, name: str) -> str:
+        return f"{BROKER_IP}:{self.broker_ports[name]}"
+
+    def _java(self, heap_mb: int, log_name: str) -> list[str]:
+        argv = super()._java(heap_mb, log_name)
+        if self.lock_ms is not None:
+            argv.insert(1, f"-Drocketmq.broker.rebalance.lockMaxLiveTime={self.lock_ms}")
+        return argv
+
+    def restart_broker(self, name: str = BROKER, grace: float = 30.0) -> None:
+        """Stop the broker gracefully (SIGTERM; killed after ``grace`` seconds) and start it again
+        on the same ports and store; returns once the NameServer lists it again."""
+        proc = self._brokers[name]
+        proc.stop(scaled(grace))
+        proc.start()
+        self._wait_registered()
+
+
+@dataclasses.dataclass(eq=False)
+class Producer(threading.Thread):
+    """Sends ``rate`` keyed messages a second to ``address`` until stopped: message ``n`` carries key
+    ``n mod keys`` and that key's next sequence number, and goes to queue ``key mod queues`` (one
+    queue per key, as an orderly producer's selector puts it). A send that fails is sent again
+    (same key and sequence number) on a new connection; only acknowledged sends are recorded."""
+
+    address: str
+    topic: str
+    queues: int
+    rate: float
+    keys: int = 36
+
+    def __post_init__(self) -> None:
+        super().__init__(name="nemesis-producer", daemon=True)
+        self.stopping = threading.Event()
+        self.sent: list[nemesis.Sent] = []
+        self.failures = 0
+        self.lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._opaque = 0
+
+    def queue_of(self, key: int) -> str:
+        return f"{self.topic}/{BROKER}:{key % self.queues}"
+
+    def run(self) -> None:
+        started = time.monotonic()
+        seqs = [0] * self.keys
+        n = 0
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while n < due and not self.stopping.is_set():
+                key = n % self.keys
+                if self._send(key, seqs[key]):
+                    seqs[key] += 1
+                    n += 1
+                else:
+                    self.stopping.wait(0.2)  # the broker away: try again on a new connection
+            self.stopping.wait(0.05)
+        if self._sock is not None:
+            self._sock.close()
+
+    def _send(self, key: int, seq: int) -> bool:
+        name = f"k{key:03d}"
+        header = {
+            "producerGroup": "PID_nemesis", "topic": self.topic, "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": self.queues, "queueId": key % self.queues, "sysFlag": 0,
+            "bornTimestamp": int(time.time() * 1000), "flag": 0, "properties": f"KEYS\x01{name}\x02",
+            "reconsumeTimes": 0, "unitMode": False, "batch": False,
+        }  # fmt: skip
+        body = json.dumps({"key": name, "seq": seq}).encode()
+        try:
+            if self._sock is None:
+                host, _, port = self.address.rpartition(":")
+                self._sock = socket.create_connection((host, int(port)), timeout=3)
+            self._opaque += 1
+            command = dataclasses.replace(request(SEND_MESSAGE, self._opaque, header), body=body)
+            self._sock.sendall(encode(command))
+            answer = decode_payload(_read(self._sock, frame_length(_read(self._sock, 4))))
+            if answer.code != 0:
+                raise ConnectionError(f"SEND_MESSAGE: {answer.code} {answer.remark}")
+        except (OSError, ValueError):
+            self.failures += 1
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.close()
+            self._sock = None
+            return False
+        queue = f"{self.topic}/{BROKER}:{int(answer.ext_fields['queueId'])}"
+        offset = int(answer.ext_fields["queueOffset"])
+        with self.lock:
+            self.sent.append(nemesis.Sent(queue, offset, name, seq, time.time()))
+        return True
+
+    def records(self) -> list[nemesis.Sent]:
+        with self.lock:
+            return list(self.sent)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return data
+
+
+class Collector(ThreadingHTTPServer):
+    """The sink: receives the apps' reports of processed messages on ``COLLECTOR_IP``."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.processed: dict[str, list[nemesis.Processed]] = {}
+        """group -> every message processed, in the order the reports came."""
+        self.last_batch: dict[tuple[str, str, float, str], set[tuple[str, int]]] = {}
+        """(group, pod, boot, queue) -> the (queue, offset) of that run's last batch of that queue."""
+        self.lock = threading.Lock()
+        super().__init__((COLLECTOR_IP, 0), _Report)
+
+    @property
+    def url(self) -> str:
+        return f"http://{COLLECTOR_IP}:{self.server_address[1]}/batch"
+
+    def add(self, report: dict[str, Any]) -> None:
+        group, pod, boot = str(report["group"]), str(report["pod"]), float(report["boot"])
+        items = [
+            nemesis.Processed(
+                pod, boot, m["queue"], int(m["offset"]), m["key"], int(m["seq"]), float(m["at"])
+            )
+            for m in report["messages"]
+        ]
+        with self.lock:
+            self.processed.setdefault(group, []).extend(items)
+            for queue in {i.queue for i in items}:
+                self.last_batch[(group, pod, boot, queue)] = {
+                    (i.queue, i.offset) for i in items if i.queue == queue
+                }
+
+    def of(self, group: str) -> list[nemesis.Processed]:
+        with self.lock:
+            return list(self.processed.get(group, []))
+
+    def in_flight(
+        self, group: str, runs: Sequence[tuple[str, float]]
+    ) -> dict[tuple[str, float], set[tuple[str, int]]]:
+        """For each run (pod, boot) of ``group``: its last batch of every queue (processed and
+        reported; the commit that follows may not have happened)."""
+        with self.lock:
+            result: dict[tuple[str, float], set[tuple[str, int]]] = {}
+            for (g, pod, boot, _queue), offsets in self.last_batch.items():
+                if g == group and (pod, boot) in runs:
+                    result.setdefault((pod, boot), set()).update(offsets)
+            return result
+
+
+class _Report(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        report = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        assert isinstance(server, Collector)
+        server.add(report)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[Collector]:
+    collector = Collector()
+    thread = threading.Thread(target=collector.serve_forever, name="nemesis-collector", daemon=True)
+    thread.start()
+    try:
+        yield collector
+    finally:
+        collector.shutdown()
+        collector.server_close()
+
+
+def drained(producer: Producer, collector: Collector, groups: Sequence[str], timeout: float) -> None:
+    """Wait until every acknowledged message was processed in every group (or the deadline)."""
+
+    def done() -> bool:
+        sent = {(s.queue, s.offset) for s in producer.records()}
+        return all(sent <= {(p.queue, p.offset) for p in collector.of(g)} for g in groups)
+
+    with contextlib.suppress(TimeoutError, AssertionError):
+        wait_for("every acknowledged message processed in every group", done, timeout, 0.5)
