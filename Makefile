@@ -138,10 +138,10 @@ test-mutation: venv control-plane
 test-slow: venv control-plane
 	MQBALANCE_K8S_VERSION=current $(BIN)/pytest --run-slow -m slow tests/integration
 
-test-node: venv node images
+test-node: venv node images rocketmq
 	$(BIN)/pytest -m node tests/node
 
-test-chaos: venv node images
+test-chaos: venv node images rocketmq
 	$(BIN)/pytest -m "node and chaos" tests/node
 
 bench: venv control-plane rocketmq
