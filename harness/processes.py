@@ -363,7 +363,11 @@ class OperatorProcess(ManagedProcess):
     def journal_records(self) -> list[JournalRecord]:
         if not self.journal.exists():
             return []
-        return [JournalRecord.decode(line) for line in self.journal.read_text().splitlines() if line.strip()]
+        text = self.journal.read_text()
+        # A record still without its newline is the one a killed operator was writing;
+        # the next start drops it (mqbalance.operator.journal).
+        complete = text[: text.rfind("\n") + 1]
+        return [JournalRecord.decode(line) for line in complete.splitlines() if line.strip()]
 
 
 class SidecarProcess(ManagedProcess):
