@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -345,13 +346,15 @@ class OperatorProcess(ManagedProcess):
         self.check()
         return _http_ok(f"http://127.0.0.1:{self.port}/healthz")
 
-    def metrics_text(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+    def metrics_text(self, *names: str) -> str:
+        """The operator's /metrics, or only the series ``names`` (``name[]``) when given."""
+        query = "?" + urllib.parse.urlencode([("name[]", n) for n in names]) if names else ""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics{query}", timeout=5) as r:
             return str(r.read().decode())
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
-        return parse_metric(self.metrics_text(), name, labels)
+        return parse_metric(self.metrics_text(name), name, labels)
 
     def reconciles(self) -> int:
         """Reconciles finished (any result); 0 before the operator answers."""

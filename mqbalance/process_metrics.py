@@ -3,10 +3,12 @@
 The operator and the sidecar each render a private registry, never prometheus_client's global
 one, so the standard process and platform collectors are registered on it here. Counters and
 histograms export no ``_created`` series: Prometheus would store one more series per counter
-that no rule or dashboard reads.
+that no rule or dashboard reads. ``exposition`` renders a registry for ``/metrics``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from prometheus_client import (
     CollectorRegistry,
@@ -14,6 +16,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
+    generate_latest,
 )
 
 from mqbalance import buildinfo
@@ -33,3 +36,13 @@ def register_process_metrics(registry: CollectorRegistry, component: str) -> Inf
     )
     info.info(buildinfo.labels(component))
     return info
+
+
+def exposition(registry: CollectorRegistry, names: Collection[str]) -> bytes:
+    """The text format of ``registry``, or only of the series ``names`` when there are any.
+
+    ``names`` are the ``name[]`` query parameters, as prometheus_client's and client_golang's
+    handlers take them: a client that wants one counter skips the rendering of every group's
+    gauges (collectors that ``describe()`` themselves are not collected for other names).
+    """
+    return generate_latest(registry.restricted_registry(names) if names else registry)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mqbalance.model import MessageQueue
 from mqbalance.operator.handover import Step
-from mqbalance.process_metrics import register_process_metrics
+from mqbalance.process_metrics import exposition, register_process_metrics
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HANDOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -154,8 +154,8 @@ class LagCollector(Collector):
     def __init__(self, source: Callable[[], Iterable[tuple[str, str, LagFigures]]]) -> None:
         self._source = source
 
-    def collect(self) -> Iterator[Metric]:
-        families = _group_families(LAG_GAUGES)
+    @staticmethod
+    def _families() -> tuple[dict[str, GaugeMetricFamily], GaugeMetricFamily, GaugeMetricFamily]:
         member = GaugeMetricFamily(
             "mqbalance_member_lag",
             "Messages not yet consumed in the queues the published assignment gives the member.",
@@ -166,6 +166,15 @@ class LagCollector(Collector):
             "Messages not yet consumed in one queue (only with --lag-queue-metrics).",
             labels=["namespace", "group", "topic", "broker", "queue"],
         )
+        return _group_families(LAG_GAUGES), member, queue
+
+    def describe(self) -> Iterator[Metric]:
+        # Names without samples: a scrape restricted to other names (name[]) skips collect().
+        families, member, queue = self._families()
+        yield from (*families.values(), member, queue)
+
+    def collect(self) -> Iterator[Metric]:
+        families, member, queue = self._families()
         for namespace, group, f in self._source():
             _add_group(families, namespace, group, f)
             for name, lag in f.members:
@@ -178,6 +187,9 @@ class LagCollector(Collector):
 class GroupCollector(Collector):
     def __init__(self, source: Callable[[], Iterable[GroupGauges]]) -> None:
         self._source = source
+
+    def describe(self) -> Iterator[Metric]:
+        yield from _group_families(GROUP_GAUGES).values()
 
     def collect(self) -> Iterator[Metric]:
         families = _group_families(GROUP_GAUGES)
@@ -204,32 +216,36 @@ UNELECTED = Leadership(lease="", leader=True, shards=1, shards_held=1)
 """A single operator without leader election: it always acts."""
 
 
+# metric name, help, Leadership attribute
+LEADERSHIP_GAUGES = (
+    (
+        "mqbalance_operator_leader",
+        "1 while this replica holds the leader Lease (or runs without leader election), else 0; "
+        "always 0 with --shards above 1, where mqbalance_operator_shards_held counts.",
+        "leader",
+    ),
+    ("mqbalance_operator_shards", "Shards the groups fall into (--shards); 1 without sharding.", "shards"),
+    (
+        "mqbalance_operator_shards_held",
+        "Shard Leases this replica holds now; without sharding 1 while it leads, 0 on standby.",
+        "shards_held",
+    ),
+)
+
+
 class LeadershipCollector(Collector):
     def __init__(self, source: Callable[[], Leadership]) -> None:
         self._source = source
 
+    def describe(self) -> Iterator[Metric]:
+        for name, doc, _ in LEADERSHIP_GAUGES:
+            yield GaugeMetricFamily(name, doc, labels=["lease"])
+
     def collect(self) -> Iterator[Metric]:
         state = self._source()
-        for name, doc, value in (
-            (
-                "mqbalance_operator_leader",
-                "1 while this replica holds the leader Lease (or runs without leader election), else 0; "
-                "always 0 with --shards above 1, where mqbalance_operator_shards_held counts.",
-                state.leader,
-            ),
-            (
-                "mqbalance_operator_shards",
-                "Shards the groups fall into (--shards); 1 without sharding.",
-                state.shards,
-            ),
-            (
-                "mqbalance_operator_shards_held",
-                "Shard Leases this replica holds now; without sharding 1 while it leads, 0 on standby.",
-                state.shards_held,
-            ),
-        ):
+        for name, doc, attr in LEADERSHIP_GAUGES:
             family = GaugeMetricFamily(name, doc, labels=["lease"])
-            family.add_metric([state.lease], float(value))
+            family.add_metric([state.lease], float(getattr(state, attr)))
             yield family
 
 
@@ -329,8 +345,8 @@ class OperatorMetrics:
 def create_app(registry: CollectorRegistry, health: Callable[[], dict[str, Any]]) -> web.Application:
     """``/metrics`` in the Prometheus text format and ``/healthz`` for the liveness probe."""
 
-    async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(registry)
+    async def metrics(request: web.Request) -> web.Response:
+        body = exposition(registry, request.query.getall("name[]", []))
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:

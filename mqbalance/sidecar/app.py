@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from mqbalance.process_metrics import exposition
 from mqbalance.producer import QueueSelector, wall_ms
 from mqbalance.sidecar.acks import AckRecorder
 from mqbalance.sidecar.config import SidecarConfig
@@ -109,7 +110,7 @@ def create_metrics_app(state: SidecarState) -> web.Application:
     registry = state.metrics.registry
 
     async def metrics(request: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest(registry))
+        resp = web.Response(body=exposition(registry, request.query.getall("name[]", [])))
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 

@@ -33,12 +33,19 @@ class _BrokerAvailability(Collector):
     def __init__(self, states: BrokerStates) -> None:
         self._states = states
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
             f"{PREFIX}_broker_available",
             "1 while the latency fault table lets sends go to the broker, 0 while it is isolated.",
             labels=["broker"],
         )
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = self._family()
         for broker, available in self._states():
             family.add_metric([broker], 1.0 if available else 0.0)
         yield family

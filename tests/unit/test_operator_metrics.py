@@ -56,3 +56,38 @@ async def test_metrics_and_healthz_are_served(aiohttp_client: Any) -> None:
     assert 'mqbalance_group_queues{group="g",namespace="ns"} 8.0' in await response.text()
     health = await client.get("/healthz")
     assert await health.json() == {"status": "ok", "groups": 1}
+
+
+@pytest.mark.asyncio
+async def test_a_scrape_restricted_by_name_renders_no_group_gauges(aiohttp_client: Any) -> None:
+    registry = CollectorRegistry()
+    gauge_reads = [0]
+
+    def groups() -> list[GroupGauges]:
+        gauge_reads[0] += 1
+        return [gauges()]
+
+    metrics = OperatorMetrics(registry, groups, lag=lambda: [])
+    metrics.reconciles.labels("published").inc(3)
+    client = await aiohttp_client(create_app(registry, lambda: {}))
+
+    restricted = await client.get("/metrics", params=[("name[]", "mqbalance_reconciles_total")])
+    text = await restricted.text()
+    assert 'mqbalance_reconciles_total{result="published"} 3.0' in text
+    assert "mqbalance_group_" not in text
+    assert "mqbalance_operator_leader" not in text
+    assert gauge_reads == [0]
+
+    both = await client.get(
+        "/metrics", params=[("name[]", "mqbalance_group_queues"), ("name[]", "mqbalance_operator_leader")]
+    )
+    text = await both.text()
+    assert 'mqbalance_group_queues{group="g",namespace="ns"} 8.0' in text
+    assert 'mqbalance_operator_leader{lease=""} 1.0' in text
+    assert "mqbalance_group_members" not in text
+    assert "mqbalance_reconciles_total" not in text
+    assert gauge_reads == [1]
+
+    whole = await (await client.get("/metrics")).text()
+    assert "mqbalance_group_members" in whole
+    assert "mqbalance_reconciles_total" in whole

@@ -428,3 +428,18 @@ async def test_metrics_follow_rebalances_and_sends(
     assert 'mqbalance_sidecar_broker_isolations_total{broker="broker-b"}' not in samples
     assert samples["mqbalance_sidecar_send_latency_seconds_count"] == 2
     assert samples["mqbalance_sidecar_send_latency_seconds_sum"] == pytest.approx(0.03)
+    only = await (
+        await metrics.get(
+            "/metrics",
+            params=[
+                ("name[]", "mqbalance_sidecar_owned_queues"),
+                ("name[]", "mqbalance_sidecar_broker_available"),
+            ],
+        )
+    ).text()
+    series = {line.rsplit(" ", 1)[0] for line in only.splitlines() if line and not line.startswith("#")}
+    assert series == {
+        f"mqbalance_sidecar_owned_queues{g}",
+        'mqbalance_sidecar_broker_available{broker="broker-a"}',
+        'mqbalance_sidecar_broker_available{broker="broker-b"}',
+    }
