@@ -26,7 +26,9 @@ from mqbalance.contract import (
     Release,
     decode_queue_map,
     encode_queue_map,
+    load_json,
     read_strategy,
+    reading,
     write_strategy,
 )
 from mqbalance.model import Assignment, MessageModel, MessageQueue, StrategySpec, sort_queues
@@ -84,7 +86,7 @@ class JournalRecord:
     def from_json(cls, data: Any) -> JournalRecord:
         if not isinstance(data, dict) or data.get("kind") != KIND:
             raise DocumentError(f'not a journal record (expected "kind": "{KIND}")')
-        try:
+        with reading("journal record", AttributeError):
             queues: dict[str, list[MessageQueue]] = {}
             for topic, by_broker in data["queues"].items():
                 queues[topic] = sort_queues(
@@ -108,20 +110,10 @@ class JournalRecord:
                 compute_seconds=float(data.get("computeSeconds", 0.0)),
                 releasing=tuple(Release.from_json(r) for r in data.get("releasing") or []),
             )
-        except KeyError as e:
-            raise DocumentError(f"journal record lacks field {e.args[0]!r}") from None
-        except (TypeError, ValueError, AttributeError) as e:
-            if isinstance(e, DocumentError):
-                raise
-            raise DocumentError(f"malformed journal record: {e}") from None
 
     @classmethod
     def decode(cls, line: str) -> JournalRecord:
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DocumentError(f"journal line is not JSON: {e}") from None
-        return cls.from_json(data)
+        return cls.from_json(load_json(line, "journal line"))
 
 
 def _queue_ids(queues: Sequence[MessageQueue]) -> dict[str, list[int]]:

@@ -13,6 +13,8 @@ from mqbalance.contract.document import (
     configmap_name,
     decode_queue_map,
     encode_queue_map,
+    load_json,
+    reading,
 )
 from mqbalance.contract.errors import SpecError
 from mqbalance.contract.handover import HandoverMode, HandoverSpec, read_handover
@@ -77,12 +79,14 @@ __all__ = [
     "decode_acks",
     "decode_queue_map",
     "encode_queue_map",
+    "load_json",
     "member_lease_name",
     "read_handover",
     "read_name_server",
     "read_strategy",
     "read_topic",
     "read_topic_spec",
+    "reading",
     "reads_name_server",
     "releases_configmap_name",
     "topic_name",

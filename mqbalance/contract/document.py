@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,29 @@ QueueMap = dict[str, dict[str, list[int]]]
 
 class DocumentError(ValueError):
     """An assignment document that cannot be read."""
+
+
+def load_json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON; a DocumentError that names ``what`` if it is not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DocumentError(f"{what} is not JSON: {e}") from None
+
+
+@contextmanager
+def reading(what: str, *also: type[Exception]) -> Iterator[None]:
+    """Turn what goes wrong while reading ``what`` out of parsed JSON into one DocumentError: a
+    missing field by its name, a value of the wrong type (or one of ``also``) as malformed."""
+    malformed: tuple[type[Exception], ...] = (TypeError, ValueError, *also)
+    try:
+        yield
+    except DocumentError:
+        raise
+    except KeyError as e:
+        raise DocumentError(f"{what} lacks field {e.args[0]!r}") from None
+    except malformed as e:
+        raise DocumentError(f"malformed {what}: {e}") from None
 
 
 def configmap_name(group_resource: str) -> str:
@@ -225,7 +249,7 @@ class AssignmentDocument:
     def from_json(cls, data: Any) -> AssignmentDocument:
         if not isinstance(data, dict):
             raise DocumentError("an assignment document must be a JSON object")
-        try:
+        with reading("assignment document"):
             generation = data["generation"]
             if not isinstance(generation, int) or generation < 0:
                 raise DocumentError(f"generation must be a non-negative integer, got {generation!r}")
@@ -253,20 +277,10 @@ class AssignmentDocument:
                 releasing=tuple(Release.from_json(r) for r in releasing),
                 lease=LeaseTerms.from_json(data["lease"]) if data.get("lease") is not None else None,
             )
-        except KeyError as e:
-            raise DocumentError(f"assignment document lacks field {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
-            if isinstance(e, DocumentError):
-                raise
-            raise DocumentError(f"malformed assignment document: {e}") from None
 
     @classmethod
     def decode(cls, text: str) -> AssignmentDocument:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DocumentError(f"assignment document is not JSON: {e}") from None
-        return cls.from_json(data)
+        return cls.from_json(load_json(text, "assignment document"))
 
 
 def _normalized(topics: Mapping[str, Assignment]) -> dict[str, dict[str, frozenset[MessageQueue]]]:

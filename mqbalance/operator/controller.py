@@ -18,9 +18,10 @@ from mqbalance.operator.group_reconciler import GroupReconciler
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.metrics import LagFigures, OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
+from mqbalance.operator.state import GroupState, WorkKey, work_priority
 from mqbalance.operator.topic_reconciler import TopicReconciler
 from mqbalance.operator.workqueue import WorkQueue
-from mqbalance.operator.world import GroupState, WorkKey, World, work_priority
+from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer
 
 

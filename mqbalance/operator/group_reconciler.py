@@ -33,7 +33,8 @@ from mqbalance.operator.leases import lease_record
 from mqbalance.operator.metrics import LagFigures, OperatorMetrics
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
 from mqbalance.operator.spec import selector_or_none
-from mqbalance.operator.world import GroupState, World
+from mqbalance.operator.state import GroupState
+from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer, merge_patch, published_from
 
 logger = logging.getLogger("mqbalance.operator")

@@ -38,7 +38,7 @@ from mqbalance.operator.offsets import BrokerFailure, OffsetReader
 
 if TYPE_CHECKING:
     from mqbalance.operator.controller import Controller
-    from mqbalance.operator.world import GroupState
+    from mqbalance.operator.state import GroupState
 
 logger = logging.getLogger("mqbalance.operator")
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from mqbalance.contract import TOPICS, TopicSpec, read_topic_spec
 from mqbalance.kube import ApiError
 from mqbalance.operator.nameserver import RouteReader
+from mqbalance.operator.state import TopicState
 from mqbalance.operator.topics import topic_status
-from mqbalance.operator.world import TopicState, World
+from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer, merge_patch
 
 logger = logging.getLogger("mqbalance.operator")

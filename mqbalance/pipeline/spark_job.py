@@ -149,18 +149,10 @@ def strategy_totals(figures: DataFrame) -> DataFrame:
         figures.groupBy("namespace", "group", "strategy")
         .agg(
             F.count(F.lit(1)).alias("events"),
-            F.sum("moved").alias("moved"),
-            F.sum("forced").alias("forced"),
-            F.sum("minimum_moves").alias("minimum_moves"),
-            F.sum("spread").alias("spread_sum"),
-            F.sum(F.greatest(F.col("spread") - 1, F.lit(0))).alias("excess_spread"),
-            F.max("spread").alias("max_spread"),
-            F.sum("cross_zone").alias("cross_zone"),
-            F.sum("unassigned").alias("unassigned"),
-            F.sum("held").alias("held"),
-            F.sum("load_spread").alias("load_spread_sum"),
-            F.sum(F.greatest(F.col("load_spread") - 1, F.lit(0.0))).alias("excess_load_spread"),
-            F.max("load_spread").alias("max_load_spread"),
+            *[F.sum(c).alias(c) for c in ("moved", "forced", "minimum_moves")],
+            *_spread_totals("spread", F.lit(0)),
+            *[F.sum(c).alias(c) for c in ("cross_zone", "unassigned", "held")],
+            *_spread_totals("load_spread", F.lit(0.0)),
             last.alias("last"),
         )
         .select(
@@ -170,6 +162,16 @@ def strategy_totals(figures: DataFrame) -> DataFrame:
             ]
         )
     )
+
+
+def _spread_totals(column: str, zero: Column) -> list[Column]:
+    """A spread's sum, its sum beyond 1 (balanced) and its largest value: ``<column>_sum``,
+    ``excess_<column>``, ``max_<column>`` of :class:`scoring.StrategyTotals`."""
+    return [
+        F.sum(column).alias(f"{column}_sum"),
+        F.sum(F.greatest(F.col(column) - 1, zero)).alias(f"excess_{column}"),
+        F.max(column).alias(f"max_{column}"),
+    ]
 
 
 def group_summaries(totals: DataFrame, weights: scoring.Weights) -> DataFrame:

@@ -27,9 +27,9 @@ from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.spec import LabelSelector, Requirement
+from mqbalance.operator.state import work_priority
 from mqbalance.operator.topics import RouteRead, topic_status
 from mqbalance.operator.workqueue import WorkQueue
-from mqbalance.operator.world import work_priority
 from mqbalance.operator.writes import Writer
 
 pytestmark = pytest.mark.asyncio
