@@ -77,6 +77,7 @@ from harness.polling import wait_for, work_timeout
 from harness.processes import OperatorProcess
 from mqbalance.contract import custom_path
 from mqbalance.kube import KubeClient
+from mqbalance.operator.settings import OperatorConfig
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 NODES_PER_ZONE = 2
@@ -303,6 +304,13 @@ def main() -> int:
         "--shard-by", choices=["group", "namespace"], default="group", help="the replicas' --shard-by"
     )
     p.add_argument(
+        "--lease-duration",
+        type=float,
+        default=OperatorConfig.lease_duration,
+        help="the replicas' --lease-duration (default: the operator's); a CPU-capped replica whose loop "
+        "stalls longer than this loses its shards to the others",
+    )
+    p.add_argument(
         "--operator-cpu",
         type=float,
         metavar="CORES",
@@ -472,7 +480,8 @@ def main() -> int:
                 # Gone from a fresh list too, before any replica starts.
                 wait_for("the deleted ConfigMaps to go", lambda: not any_managed(api, namespaces), 120)
                 lease = ["--leader-election", "scale", "--lease-namespace", namespaces[0]]
-                lease += ["--shards", str(args.shards), "--shard-by", args.shard_by, "--lease-duration", "6"]
+                lease += ["--shards", str(args.shards), "--shard-by", args.shard_by]
+                lease += ["--lease-duration", str(args.lease_duration)]
                 lease += scope
                 replicas = []
                 for r in range(args.replicas):
