@@ -153,6 +153,15 @@ def apply_examples(node: RealNode, debounce: float) -> None:
     apply(node, topic, group)
 
 
+def apply_example_consumers(
+    node: RealNode, images: Images, replicas: int, *, debounce: float, spread_zones: bool = False
+) -> None:
+    """The example Topic and ConsumerGroup (:func:`apply_examples`) and the consumer Deployment of
+    ``replicas`` pods (:func:`consumer_deployment`)."""
+    apply_examples(node, debounce)
+    apply(node, consumer_deployment(images, replicas, spread_zones=spread_zones))
+
+
 def assignment(node: RealNode, namespace: str = NAMESPACE, group: str = GROUP) -> AssignmentDocument | None:
     status, cm = node.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{configmap_name(group)}")
     if status != 200:
