@@ -427,34 +427,43 @@ class LocalCluster(Service):
         with self._lock:
             if self._apiserver is not None:
                 return self
-            self.ensure_binaries()
+            self._prepare_start()
             _install_cleanup()
             _live.add(self)
             try:
-                self._prepare_dirs()
-                self._write_pki()
-                self._write_auth()
-                # A port picked free can be taken by someone else before the component binds
-                # it (other clusters start concurrently): retry with fresh ports.
-                for attempt in range(3):
-                    self._pick_ports()
-                    self._write_kubeconfigs()
-                    try:
-                        self._start_etcd()
-                        self._start_apiserver()
-                        break
-                    except ClusterError as exc:
-                        self._stop_components()
-                        if self._etcd_dir is not None:
-                            shutil.rmtree(self._etcd_dir / "data", ignore_errors=True)
-                        if attempt == 2 or "address already in use" not in str(exc):
-                            raise
-                if self._with_controller_manager:
-                    self._start_controller_manager()
+                self._start_components()
             except BaseException:
                 self.stop()
                 raise
             return self
+
+    def _prepare_start(self) -> None:
+        """What must be there before anything runs (a subclass adds its own); nothing to stop when
+        it fails."""
+        self.ensure_binaries()
+
+    def _start_components(self) -> None:
+        """Everything this cluster runs, started in order; :meth:`start` stops it all on an error."""
+        self._prepare_dirs()
+        self._write_pki()
+        self._write_auth()
+        # A port picked free can be taken by someone else before the component binds
+        # it (other clusters start concurrently): retry with fresh ports.
+        for attempt in range(3):
+            self._pick_ports()
+            self._write_kubeconfigs()
+            try:
+                self._start_etcd()
+                self._start_apiserver()
+                break
+            except ClusterError as exc:
+                self._stop_components()
+                if self._etcd_dir is not None:
+                    shutil.rmtree(self._etcd_dir / "data", ignore_errors=True)
+                if attempt == 2 or "address already in use" not in str(exc):
+                    raise
+        if self._with_controller_manager:
+            self._start_controller_manager()
 
     def stop(self) -> None:
         """Stop everything this instance started; safe to call more than once."""

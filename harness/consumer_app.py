@@ -1,4 +1,5 @@
-"""The consumer application of the real-pod tests, run as ``python -c <this file>`` in the app container.
+"""The consumer application of the real-pod tests, run in the app container as ``python -c`` with
+harness.broker_client beside it (``harness.broker_client.pod_app_command``).
 
 It does what a consumer does with the sidecar: long-polls ``$MQBALANCE_URL/v1/queues`` with the
 project's client and prints every generation it is handed, with the time it arrived (one JSON
@@ -18,7 +19,7 @@ check that its scoring catches two owners on real pods).
 
 With ``BROKERS`` in its environment (JSON: broker name -> host:port) the batches are real: for each
 queue of its view it pulls the next messages from the broker (PULL_MESSAGE with the subscription in
-the request, as harness/lag_consumer_app.py does, with the project's remoting codec), processes
+the request, with harness.broker_client as harness/lag_consumer_app.py does), processes
 them one by one while the batch's deadline (the tick's end, inside the grant) has not passed,
 reports them to ``COLLECTOR`` (an HTTP server on the machine: what the sink received outlives the
 pod) and then commits the next offset, forward only (the broker's offset is read back first and
@@ -49,11 +50,9 @@ while ``/tmp/unready`` exists, so a test can fail the kubelet's probe from outsi
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
-import socket
 import struct
 import sys
 import threading
@@ -62,7 +61,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
+from harness import broker_client
+from harness.broker_client import SUCCESS, BrokerError
 from mqbalance.sidecar.client import SidecarClient, SidecarError
 
 UNREADY_FILE = "/tmp/unready"
@@ -85,81 +85,27 @@ LOCK_RENEW = 1.0
 LOCK_VALID = 3.0
 LOCK_RETRY = 0.2
 """Seconds a broker lock counts here after its request was sent (the broker keeps it longer)."""
-PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
 LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 41, 42
 HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP = 34, 38
 CLIENT_REBALANCE = os.environ.get("CLIENT_REBALANCE") == "1"
 REBALANCE = float(os.environ.get("REBALANCE_SECONDS", "2"))
 QUEUE_COUNT = int(os.environ.get("QUEUES", "0"))
-SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED, QUERY_NOT_FOUND = 0, 19, 20, 21, 22
-FLAG_SUBSCRIPTION = 0x4
-"""PullSysFlag: the subscription comes with the request (no heartbeat registration needed)."""
 MAGIC_V2 = 0xDAA320AB
 """MessageDecoder.MESSAGE_MAGIC_CODE_V2: the topic's length takes two bytes (else one)."""
 BORN_V6, STORE_V6 = 0x10, 0x20
 """MessageSysFlag: the born or store host is an IPv6 address (16 bytes, else 4)."""
 
 
-class BrokerError(RuntimeError):
-    """A broker unreachable or answering with an error: the batch is abandoned, nothing committed."""
-
-
-class Broker:
-    """One blocking connection to a broker, opened again after any error (a broker restart)."""
+class Broker(broker_client.Broker):
+    """The group's and topic's connection to a broker, with what this app does beyond pulling."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
-        self.sock: socket.socket | None = None
-        self.opaque = 0
-
-    def call(self, code: int, fields: dict[str, object], body: bytes = b"") -> Any:
-        try:
-            if self.sock is None:
-                host, _, port = self.address.rpartition(":")
-                self.sock = socket.create_connection((host, int(port)), timeout=2)
-            self.opaque += 1
-            command = dataclasses.replace(request(code, self.opaque, fields), body=body)
-            self.sock.sendall(encode(command))
-            while (
-                True
-            ):  # the broker's own requests to a registered client (NOTIFY_CONSUMER_IDS_CHANGED) skipped
-                answer = decode_payload(self._read(frame_length(self._read(4))))
-                if answer.is_response and answer.opaque == self.opaque:
-                    return answer
-        except (OSError, ValueError) as exc:
-            if self.sock is not None:
-                with contextlib.suppress(OSError):
-                    self.sock.close()
-            self.sock = None
-            raise BrokerError(f"{self.address}: {exc}") from None
-
-    def _read(self, n: int) -> bytes:
-        assert self.sock is not None
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-
-    def committed(self, queue_id: int) -> int:
-        fields = {"consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id}
-        answer = self.call(QUERY_CONSUMER_OFFSET, fields)
-        if answer.code == QUERY_NOT_FOUND:
-            return 0
-        if answer.code != SUCCESS:
-            raise BrokerError(f"QUERY_CONSUMER_OFFSET: {answer.code} {answer.remark}")
-        return int(answer.ext_fields["offset"])
+        super().__init__(address, MQ_GROUP, TOPIC)
 
     def commit_forward(self, queue_id: int, offset: int) -> None:
         """Commit ``offset`` unless the broker already holds a later one (its own commit overwrites)."""
-        if self.committed(queue_id) >= offset:
-            return
-        fields = {"consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}
-        answer = self.call(UPDATE_CONSUMER_OFFSET, fields)
-        if answer.code != SUCCESS:
-            raise BrokerError(f"UPDATE_CONSUMER_OFFSET: {answer.code} {answer.remark}")
+        if self.committed(queue_id) < offset:
+            self.commit(queue_id, offset)
 
     def lock(self, broker_name: str, queue_ids: list[int], unlock: bool = False) -> set[int]:
         """Lock (or unlock) the queues on the broker for this pod, as an orderly consumer does;
@@ -208,24 +154,14 @@ class Broker:
             raise BrokerError(f"GET_CONSUMER_LIST_BY_GROUP: {answer.code} {answer.remark}")
         return sorted(json.loads(answer.body or b"{}").get("consumerIdList") or [])
 
-    def pull(self, queue_id: int, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    def messages(self, queue_id: int, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """The messages from ``offset`` on, as (queue offset, body), and the next offset."""
-        fields = {
-            "consumerGroup": MQ_GROUP, "topic": TOPIC, "queueId": queue_id, "queueOffset": offset,
-            "maxMsgNums": BATCH, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subscription": "*", "subVersion": 0, "expressionType": "TAG",
-        }  # fmt: skip
-        answer = self.call(PULL_MESSAGE, fields)
-        if answer.code in (PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY):
-            return [], offset
-        if answer.code == PULL_OFFSET_MOVED:
-            print(
-                json.dumps({"offsetMoved": queue_id, "from": offset, "fields": answer.ext_fields}), flush=True
-            )
-            return [], int(answer.ext_fields.get("nextBeginOffset", offset))
-        if answer.code != SUCCESS:
-            raise BrokerError(f"PULL_MESSAGE: {answer.code} {answer.remark}")
-        return decode_messages(answer.body or b""), int(answer.ext_fields["nextBeginOffset"])
+        try:
+            data, following = self.pull(queue_id, offset, BATCH)
+        except broker_client.OffsetMoved as moved:
+            print(json.dumps({"offsetMoved": queue_id, "from": offset, "fields": moved.fields}), flush=True)
+            return [], moved.next_offset
+        return decode_messages(data), following
 
 
 def decode_messages(data: bytes) -> list[tuple[int, dict[str, Any]]]:
@@ -429,7 +365,7 @@ class Consumer:
         broker, queue_id = self.brokers[broker_name], int(queue)
         if key not in self.offsets:
             self.offsets[key] = broker.committed(queue_id)
-        messages, following = broker.pull(queue_id, self.offsets[key])
+        messages, following = broker.messages(queue_id, self.offsets[key])
         self.pulled += len(messages)
         done = []
         for offset, body in messages:

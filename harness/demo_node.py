@@ -22,9 +22,7 @@ from harness.node import MAX_NODES, RealNode, default_version, ensure_images, un
 from harness.node_workload import (
     GROUP,
     NAMESPACE,
-    apply,
-    apply_examples,
-    consumer_deployment,
+    apply_example_consumers,
     install_chart,
     rollout_status,
     save_journal,
@@ -113,8 +111,7 @@ def run(workdir: Path | None, timeout: float, keep_journal: Path | None = None) 
             f"in namespace {NAMESPACE}"
         )
         # A short window, so pods turning Ready one after another are usually one rebalance.
-        apply_examples(node, debounce=DEBOUNCE)
-        apply(node, consumer_deployment(images, replicas=3, spread_zones=nodes > 1))
+        apply_example_consumers(node, images, 3, debounce=DEBOUNCE, spread_zones=nodes > 1)
         first = _scale(node, 3, timeout)
         print()
         print("Assignment with 3 members (real pods):")

@@ -52,7 +52,7 @@ from harness.cluster import LocalCluster
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
 from harness.kubeapi import KubeApi
 from harness.processes import ManagedProcess, OperatorProcess, SidecarProcess
-from harness.rocketmq import RocketMQ
+from harness.rocketmq import RocketMQ, topic_resource
 from mqbalance.journal import JournalRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,18 +205,7 @@ def world(workdir: Path | None = None) -> Iterator[World]:
             mq.create_topic(TOPIC, QUEUES_PER_BROKER)
             cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
             cluster.kubectl("create", "namespace", NAMESPACE)
-            topic = {
-                "apiVersion": "mqbalance.io/v1alpha1",
-                "kind": "Topic",
-                "metadata": {"name": TOPIC, "namespace": NAMESPACE},
-                "spec": {
-                    "topicName": TOPIC,
-                    "brokers": [
-                        {"name": b, "readQueueNums": QUEUES_PER_BROKER, "writeQueueNums": QUEUES_PER_BROKER}
-                        for b in BROKERS
-                    ],
-                },
-            }
+            topic = topic_resource(TOPIC, NAMESPACE, BROKERS, QUEUES_PER_BROKER)
             cluster.kubectl("apply", "-f", "-", input=_json(topic))
             api = cluster.api
             kubelet.create_node(api, NODE, "zone-a")

@@ -37,24 +37,12 @@ from types import FrameType
 from harness import polling
 from harness.cluster import LocalCluster
 from harness.processes import ManagedProcess, free_port
-from harness.rocketmq import Acl, RocketMQ
+from harness.rocketmq import Acl, RocketMQ, topic_resource
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "java-it"
 BROKERS = ("broker-a", "broker-b")
 ACL_BROKER = "broker-acl"
-
-
-def topic_resource(topic: str, queues: int) -> dict[str, object]:
-    return {
-        "apiVersion": "mqbalance.io/v1alpha1",
-        "kind": "Topic",
-        "metadata": {"name": topic, "namespace": NAMESPACE},
-        "spec": {
-            "topicName": topic,
-            "brokers": [{"name": b, "readQueueNums": queues, "writeQueueNums": queues} for b in BROKERS],
-        },
-    }
 
 
 def empty_document(group: str) -> str:
@@ -151,10 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 name, _, queues = spec.partition(":")
                 topics[name] = int(queues or 4)
                 mq.create_topic(name, topics[name])
-                cluster.kubectl("apply", "-f", "-", input=json.dumps(topic_resource(name, topics[name])))
+                cluster.kubectl(
+                    "apply",
+                    "-f",
+                    "-",
+                    input=json.dumps(topic_resource(name, NAMESPACE, BROKERS, topics[name])),
+                )
             for spec in args.route_only_topic:
                 name, _, queues = spec.partition(":")
-                cluster.kubectl("apply", "-f", "-", input=json.dumps(topic_resource(name, int(queues or 4))))
+                cluster.kubectl(
+                    "apply",
+                    "-f",
+                    "-",
+                    input=json.dumps(topic_resource(name, NAMESPACE, BROKERS, int(queues or 4))),
+                )
             acl: dict[str, object] | None = None
             if args.acl_version:
                 credentials = Acl()

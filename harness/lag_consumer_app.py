@@ -1,9 +1,10 @@
 """A slow RocketMQ consumer for real pods: consumes exactly the queues its sidecar serves, with the
 handover's release acknowledgements, and reports every batch it processed.
 
-Run in the project's image as ``python -c <this file>`` beside the sidecar (the image has mqbalance,
-whose remoting codec and sidecar client need only the standard library). It pulls each of its queues
-from the broker (PULL_MESSAGE with the subscription in the request, as a lite pull consumer does),
+Run in the project's image beside the sidecar as ``python -c`` with harness.broker_client
+(``harness.broker_client.pod_app_command``; the image has mqbalance, whose remoting codec and sidecar
+client need only the standard library). It pulls each of its queues from the broker (PULL_MESSAGE
+with the subscription in the request, as a lite pull consumer does),
 spends ``DELAY_MS`` a message, reports the batch's offsets ``[start, next)`` to ``COLLECTOR`` (the
 test's HTTP server: a pod that is scaled away takes its logs with it), then commits ``next``
 synchronously (UPDATE_CONSUMER_OFFSET). A queue that leaves its share was committed after its last
@@ -24,13 +25,8 @@ import time
 import urllib.request
 from typing import Any
 
-from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
+from harness.broker_client import Broker
 from mqbalance.sidecar.client import SidecarClient, SidecarError
-
-PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
-SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED, QUERY_NOT_FOUND = 0, 19, 20, 21, 22
-FLAG_SUBSCRIPTION = 0x4
-"""PullSysFlag: the subscription comes with the request (no heartbeat registration needed)."""
 
 BROKERS: dict[str, str] = json.loads(os.environ["BROKERS"])
 GROUP, TOPIC = os.environ["GROUP"], os.environ["TOPIC"]
@@ -46,65 +42,14 @@ def on_term(signum: int, frame: Any) -> None:
     stopping = True
 
 
-class Broker:
-    """One blocking connection to a broker; one request at a time."""
-
-    def __init__(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.opaque = 0
-
-    def call(self, code: int, fields: dict[str, object]) -> Any:
-        self.opaque += 1
-        self.sock.sendall(encode(request(code, self.opaque, fields)))
-        length = frame_length(self._read(4))
-        return decode_payload(self._read(length))
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-
-
-def committed(broker: Broker, queue_id: int) -> int:
-    answer = broker.call(QUERY_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id})
-    if answer.code == QUERY_NOT_FOUND:
-        return 0
-    if answer.code != SUCCESS:
-        raise RuntimeError(f"QUERY_CONSUMER_OFFSET: {answer.code} {answer.remark}")
-    return int(answer.ext_fields["offset"])
-
-
-def commit(broker: Broker, queue_id: int, offset: int) -> None:
-    fields = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}
-    answer = broker.call(UPDATE_CONSUMER_OFFSET, fields)
-    if answer.code != SUCCESS:
-        raise RuntimeError(f"UPDATE_CONSUMER_OFFSET: {answer.code} {answer.remark}")
-
-
 def pull(broker: Broker, queue_id: int, offset: int) -> tuple[int, int]:
     """(messages, next offset) of one batch from ``offset``; (0, offset) when none is there yet."""
-    fields = {
-        "consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id, "queueOffset": offset,
-        "maxMsgNums": BATCH, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
-        "subscription": "*", "subVersion": 0, "expressionType": "TAG",
-    }  # fmt: skip
-    answer = broker.call(PULL_MESSAGE, fields)
-    if answer.code in (PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY):
-        return 0, offset
-    if answer.code == PULL_OFFSET_MOVED:
-        raise RuntimeError(f"offset {offset} of queue {queue_id} moved: {answer.ext_fields}")
-    if answer.code != SUCCESS:
-        raise RuntimeError(f"PULL_MESSAGE: {answer.code} {answer.remark}")
-    count, body, at = 0, answer.body, 0
+    body, following = broker.pull(queue_id, offset, BATCH)
+    count, at = 0, 0
     while at + 4 <= len(body):  # messages in the store's format, each led by its total size
         at += int.from_bytes(body[at : at + 4], "big")
         count += 1
-    return count, int(answer.ext_fields["nextBeginOffset"])
+    return count, following
 
 
 def report(queue: tuple[str, int], start: int, end: int) -> None:
@@ -128,7 +73,7 @@ def share_of(view: dict[str, Any]) -> set[tuple[str, int]]:
 def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     sidecar = SidecarClient()
-    brokers = {name: Broker(address) for name, address in BROKERS.items()}
+    brokers = {name: Broker(address, GROUP, TOPIC, timeout=10) for name, address in BROKERS.items()}
     while True:
         try:
             view = sidecar.queues()
@@ -143,7 +88,7 @@ def main() -> None:
         for queue in set(offsets) - share:
             del offsets[queue]  # committed after its last batch already
         for queue in share - set(offsets):
-            offsets[queue] = committed(brokers[queue[0]], queue[1])
+            offsets[queue] = brokers[queue[0]].committed(queue[1])
         if view["generation"] != released:  # everything outside the share is stopped and committed
             sidecar.release(view["generation"])
             released = view["generation"]
@@ -156,7 +101,7 @@ def main() -> None:
             if count:
                 time.sleep(DELAY * count)  # the work
                 report(queue, start, end)
-                commit(broker, queue[1], end)
+                broker.commit(queue[1], end)
                 offsets[queue], busy = end, True
         latest = sidecar.queues() if busy else sidecar.wait_for_change(view["generation"], timeout=0.5)
         view = latest

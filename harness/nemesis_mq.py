@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -28,12 +27,12 @@ from typing import Any
 
 from harness import nemesis
 from harness import rocketmq as rmq
+from harness.broker_client import SEND_MESSAGE, SUCCESS, Broker, BrokerError
 from harness.polling import scaled, wait_for
-from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
+from harness.processes import serving_in_thread
 
 BROKER_IP = "198.18.0.3"
 COLLECTOR_IP = "198.18.0.2"
-SEND_MESSAGE = 10
 BROKER = "broker-a"
 
 
@@ -98,8 +97,7 @@ class Producer(threading.Thread):
         self.sent: list[nemesis.Sent] = []
         self.failures = 0
         self.lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._opaque = 0
+        self._broker = Broker(self.address, timeout=3)
 
     def queue_of(self, key: int) -> str:
         return f"{self.topic}/{BROKER}:{key % self.queues}"
@@ -118,8 +116,7 @@ class Producer(threading.Thread):
                 else:
                     self.stopping.wait(0.2)  # the broker away: try again on a new connection
             self.stopping.wait(0.05)
-        if self._sock is not None:
-            self._sock.close()
+        self._broker.close()
 
     def _send(self, key: int, seq: int) -> bool:
         name = f"k{key:03d}"
@@ -131,21 +128,13 @@ class Producer(threading.Thread):
         }  # fmt: skip
         body = json.dumps({"key": name, "seq": seq}).encode()
         try:
-            if self._sock is None:
-                host, _, port = self.address.rpartition(":")
-                self._sock = socket.create_connection((host, int(port)), timeout=3)
-            self._opaque += 1
-            command = dataclasses.replace(request(SEND_MESSAGE, self._opaque, header), body=body)
-            self._sock.sendall(encode(command))
-            answer = decode_payload(_read(self._sock, frame_length(_read(self._sock, 4))))
-            if answer.code != 0:
-                raise ConnectionError(f"SEND_MESSAGE: {answer.code} {answer.remark}")
-        except (OSError, ValueError):
+            answer = self._broker.call(SEND_MESSAGE, header, body)
+        except BrokerError:
             self.failures += 1
-            if self._sock is not None:
-                with contextlib.suppress(OSError):
-                    self._sock.close()
-            self._sock = None
+            return False
+        if answer.code != SUCCESS:
+            self.failures += 1
+            self._broker.close()  # sent again on a new connection, as after a broken one
             return False
         queue = f"{self.topic}/{BROKER}:{int(answer.ext_fields['queueId'])}"
         offset = int(answer.ext_fields["queueOffset"])
@@ -156,16 +145,6 @@ class Producer(threading.Thread):
     def records(self) -> list[nemesis.Sent]:
         with self.lock:
             return list(self.sent)
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return data
 
 
 class Collector(ThreadingHTTPServer):
@@ -232,14 +211,8 @@ class _Report(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def collecting() -> Iterator[Collector]:
-    collector = Collector()
-    thread = threading.Thread(target=collector.serve_forever, name="nemesis-collector", daemon=True)
-    thread.start()
-    try:
+    with serving_in_thread(Collector(), "nemesis-collector") as collector:
         yield collector
-    finally:
-        collector.shutdown()
-        collector.server_close()
 
 
 def drained(producer: Producer, collector: Collector, groups: Sequence[str], timeout: float) -> None:

@@ -42,7 +42,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from harness import node_host, polling
 from harness.cluster import (
@@ -50,8 +50,6 @@ from harness.cluster import (
     SERVICE_CIDR,
     ClusterError,
     LocalCluster,
-    _install_cleanup,
-    _live,
     cache_dir,
     resolve_version,
 )
@@ -429,66 +427,56 @@ class RealNode(LocalCluster):
         self._bin_dir = bin_dir
         return bin_dir
 
-    def start(self) -> Self:
-        with self._lock:
-            if self._apiserver is not None:
-                return self
-            reason = unavailable(self.version, need_built=False)
-            if reason is not None:
-                raise ClusterError(reason)
-            began = time.monotonic()
-            self.ensure_binaries()
-            if self.images is None:
-                self.images = ensure_images(self._build)
-            self.timings["built"] = time.monotonic() - began
-            try:
-                self._machine.acquire()
-            except HostError as exc:
-                raise ClusterError(str(exc)) from None
-            _install_cleanup()
-            _live.add(self)
-            began = time.monotonic()
-            try:
-                done = node_host.cleanup(extra_mount_roots=containerd_roots())
-                if done:
-                    print(f"cleaned up after an earlier node: {'; '.join(done)}", file=sys.stderr)
-                self._host_state = HostState.record(NODE_IP, self.containerd_root)
-                node_host.add_node_address(NODE_IP)
-                if len(self.specs) == 1:
-                    node_host.write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
-                    node_host.guard_egress(POD_CIDR)
-                else:
-                    links = [
-                        node_host.NodeLink(
-                            spec.netns or "",
-                            f"{node_host.VETH_PREFIX}{spec.letter}",
-                            spec.ip,
-                            spec.pod_subnet,
-                        )
-                        for spec in self.specs
-                    ]
-                    prefix = int(NODES_SUBNET.split("/")[1])
-                    node_host.add_nodes_network(NODES_BRIDGE_IP, prefix, links, [HOST_TEST_RANGE], POD_CIDR)
-                    for spec in self.specs:
-                        node_host.make_cgroup_root(spec.cgroup_root or "")
-                super().start()  # keys, etcd, kube-apiserver, kube-controller-manager
-                self.timings["control plane"] = time.monotonic() - began
-                for run in self._nodes.values():
-                    self._start_containerd(run)
-                self.timings["containerd"] = time.monotonic() - began
-                self._start_scheduler()
-                for run in self._nodes.values():
-                    self._start_kubelet(run)
-                    self._start_proxy(run)
-                for run in self._nodes.values():
-                    self._wait_node_ready(run)
-                self.timings["node Ready" if len(self.specs) == 1 else "nodes Ready"] = (
-                    time.monotonic() - began
+    def _prepare_start(self) -> None:
+        reason = unavailable(self.version, need_built=False)
+        if reason is not None:
+            raise ClusterError(reason)
+        began = time.monotonic()
+        super()._prepare_start()  # the node binaries
+        if self.images is None:
+            self.images = ensure_images(self._build)
+        self.timings["built"] = time.monotonic() - began
+        try:
+            self._machine.acquire()
+        except HostError as exc:
+            raise ClusterError(str(exc)) from None
+
+    def _start_components(self) -> None:
+        began = time.monotonic()
+        done = node_host.cleanup(extra_mount_roots=containerd_roots())
+        if done:
+            print(f"cleaned up after an earlier node: {'; '.join(done)}", file=sys.stderr)
+        self._host_state = HostState.record(NODE_IP, self.containerd_root)
+        node_host.add_node_address(NODE_IP)
+        if len(self.specs) == 1:
+            node_host.write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
+            node_host.guard_egress(POD_CIDR)
+        else:
+            links = [
+                node_host.NodeLink(
+                    spec.netns or "",
+                    f"{node_host.VETH_PREFIX}{spec.letter}",
+                    spec.ip,
+                    spec.pod_subnet,
                 )
-            except BaseException:
-                self.stop()
-                raise
-            return self
+                for spec in self.specs
+            ]
+            prefix = int(NODES_SUBNET.split("/")[1])
+            node_host.add_nodes_network(NODES_BRIDGE_IP, prefix, links, [HOST_TEST_RANGE], POD_CIDR)
+            for spec in self.specs:
+                node_host.make_cgroup_root(spec.cgroup_root or "")
+        super()._start_components()  # keys, etcd, kube-apiserver, kube-controller-manager
+        self.timings["control plane"] = time.monotonic() - began
+        for run in self._nodes.values():
+            self._start_containerd(run)
+        self.timings["containerd"] = time.monotonic() - began
+        self._start_scheduler()
+        for run in self._nodes.values():
+            self._start_kubelet(run)
+            self._start_proxy(run)
+        for run in self._nodes.values():
+            self._wait_node_ready(run)
+        self.timings["node Ready" if len(self.specs) == 1 else "nodes Ready"] = time.monotonic() - began
 
     def stop(self) -> None:
         """Stop everything and put the machine back; safe to call more than once."""

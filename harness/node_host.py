@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness import polling
+from harness.processes import process_files
 
 RUN_ROOT = Path(os.environ.get("MQBALANCE_NODE_RUN", "/run/mqbalance-node"))
 """containerd's state and socket, the runc root, the state file; fixed: there is one node per machine."""
@@ -330,18 +331,13 @@ def shim_pids(socket: Path | None = None) -> list[int]:
     """containerd shims of the nodes' containerds (they outlive it by design): of the one at
     ``socket``, or of every one whose socket is under :data:`RUN_ROOT`."""
     pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, cmdline in process_files("cmdline"):
+        argv = cmdline.split(b"\0")
         if not (argv and argv[0].endswith(b"containerd-shim-runc-v2")):
             continue
         under_root = any(a.startswith(str(RUN_ROOT).encode() + b"/") for a in argv)
         if (str(socket).encode() in argv) if socket is not None else under_root:
-            pids.append(int(proc.name))
+            pids.append(pid)
     return pids
 
 

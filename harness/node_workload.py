@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from harness.broker_client import pod_app_command
 from harness.node import Images, RealNode
 from harness.polling import scaled, wait_for, work_timeout
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
@@ -102,7 +103,7 @@ def consumer_deployment(images: Images, replicas: int = 3, *, spread_zones: bool
     app, sidecar = containers["app"], containers["mqbalance-sidecar"]
     app["image"] = images.mqbalance
     app["imagePullPolicy"] = "Never"
-    app["command"] = ["python", "-c", (Path(__file__).parent / "consumer_app.py").read_text()]
+    app["command"] = pod_app_command(Path(__file__).parent / "consumer_app.py")
     app["ports"] = [{"name": "ready", "containerPort": APP_PORT}]
     app["readinessProbe"] = {
         "httpGet": {"path": "/ready", "port": "ready"},
@@ -150,6 +151,15 @@ def apply_examples(node: RealNode, debounce: float) -> None:
     for doc in (topic, group):
         doc["metadata"]["namespace"] = NAMESPACE
     apply(node, topic, group)
+
+
+def apply_example_consumers(
+    node: RealNode, images: Images, replicas: int, *, debounce: float, spread_zones: bool = False
+) -> None:
+    """The example Topic and ConsumerGroup (:func:`apply_examples`) and the consumer Deployment of
+    ``replicas`` pods (:func:`consumer_deployment`)."""
+    apply_examples(node, debounce)
+    apply(node, consumer_deployment(images, replicas, spread_zones=spread_zones))
 
 
 def assignment(node: RealNode, namespace: str = NAMESPACE, group: str = GROUP) -> AssignmentDocument | None:

@@ -6,7 +6,8 @@ control plane's components, RocketMQ's and Spark's JVMs, kwok, Prometheus): its 
 which every signal reaches, and killed by the kernel with the thread that started it.
 :class:`OperatorProcess` and :class:`SidecarProcess` are ``mqbalance operator`` and
 ``mqbalance sidecar`` as subprocesses against a cluster; ``harness.e2e.JavaProgram`` the end-to-end
-run's Java clients.
+run's Java clients. Also: :func:`process_files` reads a /proc file of every live process, and
+:func:`serving_in_thread` runs an in-process server (a test's HTTP sink) for a block.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ctypes
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -24,9 +26,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from harness.polling import scaled, wait_for
 from mqbalance.journal import JournalRecord
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 
 ErrorTypes = type[Exception] | tuple[type[Exception], ...]
+_Server = TypeVar("_Server", bound=socketserver.BaseServer)
 
 
 class ProcessExited(AssertionError):
@@ -48,6 +51,32 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def process_files(name: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, the content of ``/proc/<pid>/<name>``) of every live process; one that ends while it is
+    read is passed over."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            content = (entry / name).read_bytes()
+        except OSError:
+            continue
+        yield int(entry.name), content
+
+
+@contextlib.contextmanager
+def serving_in_thread(server: _Server, name: str) -> Iterator[_Server]:
+    """``server`` answering requests in a daemon thread ``name`` for the block; shut down and closed
+    afterwards."""
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _die_with_parent() -> None:

@@ -159,6 +159,25 @@ def _acl_broker_settings(acl: Acl, is_5x: bool) -> dict[str, str]:
     }
 
 
+def topic_resource(
+    name: str, namespace: str, brokers: Sequence[str], queues: int, zone: str | None = None
+) -> dict[str, Any]:
+    """The mqbalance Topic ``name`` (also its RocketMQ topic) listing ``brokers`` statically, each
+    with ``queues`` read and write queues, in ``zone`` when one is given."""
+    placed = {"zone": zone} if zone is not None else {}
+    return {
+        "apiVersion": "mqbalance.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "topicName": name,
+            "brokers": [
+                {"name": b, **placed, "readQueueNums": queues, "writeQueueNums": queues} for b in brokers
+            ],
+        },
+    }
+
+
 class RocketMQError(RuntimeError):
     """RocketMQ could not be fetched, started or reached; the message carries the logs."""
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from harness.polling import scaled, wait_for
-from harness.processes import Component, Service, free_port
+from harness.processes import Component, Service, free_port, process_files
 
 LOOPBACK = "127.0.0.1"
 APP_NAME = "mqbalance-replay"
@@ -403,16 +403,10 @@ def processes_in_groups(pgids: Iterable[int]) -> list[int]:
     """Every live process whose process group is one of ``pgids``."""
     wanted = set(pgids)
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
+    for pid, stat in process_files("stat"):
+        fields = stat.rpartition(b")")[2].split()
         if len(fields) > 2 and int(fields[2]) in wanted:
-            found.append(int(entry.name))
+            found.append(pid)
     return found
 
 

@@ -15,15 +15,7 @@ import pytest
 
 from harness import node_host
 from harness.node import NODE_IP, Images, RealNode, ensure_images, unavailable
-from harness.node_workload import (
-    GROUP,
-    NAMESPACE,
-    apply,
-    apply_examples,
-    consumer_deployment,
-    install_chart,
-    rollout_status,
-)
+from harness.node_workload import GROUP, NAMESPACE, apply_example_consumers, install_chart, rollout_status
 
 _HERE = Path(__file__).resolve().parent
 
@@ -75,6 +67,5 @@ def release(node: RealNode, images: Images) -> None:
 @pytest.fixture(scope="session")
 def consumers(node: RealNode, images: Images, release: None) -> None:
     """The example Topic, ConsumerGroup (debounce 0) and consumer Deployment (3 pods with the sidecar)."""
-    apply_examples(node, debounce=0)
-    apply(node, consumer_deployment(images, replicas=3))
+    apply_example_consumers(node, images, 3, debounce=0)
     rollout_status(node, GROUP)

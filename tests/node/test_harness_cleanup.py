@@ -16,6 +16,7 @@ from harness import node_host
 from harness.cluster import cache_dir
 from harness.node import NODE_IP, Images, bin_dir_for, default_version
 from harness.polling import scaled, wait_for
+from harness.processes import process_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,13 +75,7 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
 
 def _components_gone(markers: tuple[str, ...]) -> bool:
     """No process of the killed node runs any more (their argv names its dirs): PR_SET_PDEATHSIG."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
+    for _pid, argv in process_files("cmdline"):
         if b"containerd-shim" not in argv and any(m.encode() in argv for m in markers):
             return False
     return True

@@ -64,6 +64,7 @@ from harness.node_workload import (
     pods,
 )
 from harness.polling import scaled, wait_for
+from harness.rocketmq import topic_resource
 from mqbalance.contract import AssignmentDocument
 
 LEASE, RENEW, MARGIN, RELEASE_TIMEOUT = 4.0, 1.0, 2.0, 1.0
@@ -612,22 +613,7 @@ class Nemesis:
 
 def topic() -> dict[str, Any]:
     """Topic ``orders``: one broker (the run's), 12 queues, in zone-a."""
-    return {
-        "apiVersion": "mqbalance.io/v1alpha1",
-        "kind": "Topic",
-        "metadata": {"name": TOPIC, "namespace": NAMESPACE},
-        "spec": {
-            "topicName": TOPIC,
-            "brokers": [
-                {
-                    "name": nemesis_mq.BROKER,
-                    "zone": "zone-a",
-                    "readQueueNums": QUEUE_COUNT,
-                    "writeQueueNums": QUEUE_COUNT,
-                }
-            ],
-        },
-    }
+    return topic_resource(TOPIC, NAMESPACE, [nemesis_mq.BROKER], QUEUE_COUNT, zone="zone-a")
 
 
 def consumer_group(name: str, mode: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from harness import rocketmq as rmq
+from harness.broker_client import SEND_MESSAGE, pod_app_command, read_exactly
 from harness.node import NODE_IP, Images, RealNode
 from harness.node_workload import (
     CHART,
@@ -41,6 +42,7 @@ from harness.node_workload import (
     rollout_status,
 )
 from harness.polling import scaled, wait_for, work_timeout
+from harness.processes import serving_in_thread
 from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
 
 NAME = "lag-consumer"
@@ -50,7 +52,6 @@ DELAY_MS = 20
 """A member consumes about 1000 / DELAY_MS = 50 messages a second."""
 RATE = 150
 """Messages a second produced while lag builds: three members' worth, so one member falls behind."""
-SEND_MESSAGE = 10
 APP = Path(__file__).resolve().parents[2] / "harness" / "lag_consumer_app.py"
 
 
@@ -155,7 +156,7 @@ class Producer(threading.Thread):
             frames.append(encode(dataclasses.replace(request(SEND_MESSAGE, i + 1, header), body=b"m%d" % i)))
         sock.sendall(b"".join(frames))
         for _ in frames:
-            answer = decode_payload(_read(sock, frame_length(_read(sock, 4))))
+            answer = decode_payload(read_exactly(sock, frame_length(read_exactly(sock, 4))))
             if answer.code != 0:
                 raise RuntimeError(f"SEND_MESSAGE: {answer.code} {answer.remark}")
             self.sent += 1
@@ -165,16 +166,6 @@ class Producer(threading.Thread):
         if self.error is not None:
             raise AssertionError(f"the producer failed: {self.error!r}")
         return False
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return data
 
 
 def consumers(images: Images, broker: str, collector: str) -> dict[str, Any]:
@@ -188,7 +179,7 @@ def consumers(images: Images, broker: str, collector: str) -> dict[str, Any]:
     pod["terminationGracePeriodSeconds"] = 30  # above the drain: the queues are handed over first
     containers = {c["name"]: c for c in pod["containers"]}
     app, sidecar = containers["app"], containers["mqbalance-sidecar"]
-    app["command"] = ["python", "-c", APP.read_text()]
+    app["command"] = pod_app_command(APP)
     app.pop("readinessProbe", None)
     app.pop("ports", None)
     env = {
@@ -264,18 +255,6 @@ HPA: dict[str, Any] = {
 
 
 @contextlib.contextmanager
-def collecting() -> Iterator[Collector]:
-    collector = Collector()
-    thread = threading.Thread(target=collector.serve_forever, name="collector", daemon=True)
-    thread.start()
-    try:
-        yield collector
-    finally:
-        collector.shutdown()
-        collector.server_close()
-
-
-@contextlib.contextmanager
 def scaling_release(node: RealNode) -> Iterator[None]:
     """The session's release with lag read every 2 s, external metrics served and the group's handover
     rights; rolled back afterwards. A drain time of 10 s makes the backlog ask for more members than
@@ -319,7 +298,7 @@ def test_hpa_scales_consumers_up_by_lag_and_down_once_drained(
 
     with (
         NodeRocketMQ() as mq,
-        collecting() as collector,
+        serving_in_thread(Collector(), "collector") as collector,
         scaling_release(node),
     ):
         mq.create_topic(TOPIC, QUEUES)

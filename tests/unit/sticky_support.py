@@ -1,10 +1,13 @@
-"""What the STICKY property tests share: the strategy specs, a case's shape, the cost of an
-assignment and the exhaustive search they are checked against."""
+"""What the STICKY property tests share: the strategy specs, a case's shape, what a case is drawn
+from (queues, a previous assignment, zones), the cost of an assignment and the exhaustive search
+they are checked against."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+
+from hypothesis import strategies as st
 
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones
 
@@ -14,6 +17,42 @@ AFFINE = StrategySpec(StrategyName.STICKY, zone_affinity=True)
 Shares = Mapping[str, Sequence[MessageQueue]]
 Case = tuple[list[MessageQueue], list[str], dict[str, tuple[MessageQueue, ...]], Zones]
 """Queues, consumers, the previous assignment (holders may have left) and the zones."""
+
+
+def queue_lists(
+    brokers: Sequence[str], ids: int, max_size: int, min_size: int = 0
+) -> st.SearchStrategy[list[MessageQueue]]:
+    """Distinct queues of topic ``t`` on ``brokers``, with ids below ``ids``."""
+    queues = st.builds(MessageQueue, st.just("t"), st.sampled_from(brokers), st.integers(0, ids - 1))
+    return st.lists(queues, min_size=min_size, max_size=max_size, unique=True)
+
+
+@st.composite
+def held_once(
+    draw: st.DrawFn, queues: Sequence[MessageQueue], holders: Sequence[str], gone: int
+) -> dict[str, list[MessageQueue]]:
+    """A previous assignment of ``queues`` and of ``gone`` queues of a broker that is gone: each held
+    by one of ``holders`` (who may have left) or by nobody."""
+    previous: dict[str, list[MessageQueue]] = {}
+    for mq in [*queues, *(MessageQueue("t", "gone", i) for i in range(gone))]:
+        holder = draw(st.none() | st.sampled_from(holders))
+        if holder is not None:
+            previous.setdefault(holder, []).append(mq)
+    return previous
+
+
+def zone_maps(
+    brokers: Sequence[str],
+    consumers: Sequence[str],
+    broker_zones: Sequence[str],
+    consumer_zones: Sequence[str] | None = None,
+) -> st.SearchStrategy[Zones]:
+    """The zones of some of ``brokers`` and of some of ``consumers``; the others' zone is unknown."""
+    return st.builds(
+        Zones,
+        st.dictionaries(st.sampled_from(brokers), st.sampled_from(broker_zones)),
+        st.dictionaries(st.sampled_from(consumers), st.sampled_from(consumer_zones or broker_zones)),
+    )
 
 
 def owners(assignment: Shares) -> dict[MessageQueue, set[str]]:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
-import os
 import ssl
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -171,18 +168,3 @@ async def test_a_due_ca_is_published_beside_the_old_one_before_its_certificate_i
     bundle = base64.b64decode(kube.objects[CONFIG]["webhooks"][0]["clientConfig"]["caBundle"])
     assert bundle == new.ca_cert + old.ca_cert
     assert (tmp_path / certs.TLS_CERT).read_bytes() == new.cert
-
-
-def test_without_its_extra_the_command_names_it() -> None:
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-S", "-m", "mqbalance", "injector", "--help"],
-        cwd=root,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2, result.stderr
-    assert "pip install 'mqbalance[injector]'" in result.stderr

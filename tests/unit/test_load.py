@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mqbalance.model import LoadBalance, MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.strategies import AllocationError, LoadState, allocate, balance_group, balance_load
 from mqbalance.strategies.load import LoadOutcome, load_limit, member_loads, queue_cap, queue_floor
+from tests.unit.sticky_support import held_once, queue_lists, zone_maps
 
 BROKERS = ("broker-0", "broker-1", "broker-2", "broker-3")
 POOL = tuple(f"pod-{i}" for i in range(8))
@@ -64,12 +65,7 @@ class Case:
         return self.run(LoadState(over=self.setting.samples - 1), zone_affinity=zone_affinity)
 
 
-queue_lists = st.lists(
-    st.builds(MessageQueue, st.just("t"), st.sampled_from(BROKERS), st.integers(0, 7)),
-    min_size=1,
-    max_size=24,
-    unique=True,
-)
+load_queues = queue_lists(BROKERS, 8, 24, min_size=1)
 rates = st.integers(0, 20).map(float) | st.sampled_from([100.0, 0.5, 1.0])
 settings_strategy = st.builds(
     LoadBalance,
@@ -81,7 +77,7 @@ settings_strategy = st.builds(
 
 @st.composite
 def cases(draw: st.DrawFn, *, same_members: bool = False, factor: float | None = None) -> Case:
-    queues = draw(queue_lists)
+    queues = draw(load_queues)
     members = draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=6, unique=True))
     previous: dict[str, list[MessageQueue]] = {}
     if same_members:
@@ -90,14 +86,8 @@ def cases(draw: st.DrawFn, *, same_members: bool = False, factor: float | None =
         for member in members:
             previous.setdefault(member, [])
     elif draw(st.booleans()):
-        for mq in queues + [MessageQueue("t", "gone", i) for i in range(2)]:
-            holder = draw(st.none() | st.sampled_from(POOL))
-            if holder is not None:
-                previous.setdefault(holder, []).append(mq)
-    zones = Zones(
-        draw(st.dictionaries(st.sampled_from(BROKERS), st.sampled_from(ZONE_NAMES))),
-        draw(st.dictionaries(st.sampled_from(POOL), st.sampled_from(ZONE_NAMES))),
-    )
+        previous = draw(held_once(queues, POOL, gone=2))
+    zones = draw(zone_maps(BROKERS, POOL, ZONE_NAMES))
     loads = {mq: draw(rates) for mq in queues}
     setting = draw(settings_strategy)
     if factor is not None:

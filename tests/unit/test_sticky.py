@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.quality import measure, minimum_moves
 from mqbalance.strategies import allocate
-from tests.unit.sticky_support import AFFINE, STICKY, Case, Shares, cost, least_costs
+from tests.unit.sticky_support import AFFINE, STICKY, Case, Shares, cost, least_costs, queue_lists, zone_maps
 
 BROKERS = ("a", "b", "c")
 
@@ -35,13 +35,7 @@ def balanced(assignment: Shares, queues: Sequence[MessageQueue]) -> bool:
 
 @st.composite
 def tiny_cases(draw: st.DrawFn) -> Case:
-    queues = draw(
-        st.lists(
-            st.builds(MessageQueue, st.just("t"), st.sampled_from(BROKERS), st.integers(0, 3)),
-            max_size=7,
-            unique=True,
-        )
-    )
+    queues = draw(queue_lists(BROKERS, 4, 7))
     consumers = draw(
         st.lists(st.sampled_from(["c1", "c2", "c3", "c4", "c5"]), min_size=1, max_size=3, unique=True)
     )
@@ -52,10 +46,7 @@ def tiny_cases(draw: st.DrawFn) -> Case:
     for mq in old_queues:
         for holder in draw(st.lists(st.sampled_from(pool), max_size=2, unique=True)):
             previous.setdefault(holder, []).append(mq)
-    zones = Zones(
-        draw(st.dictionaries(st.sampled_from(BROKERS), st.sampled_from(["z1", "z2"]))),
-        draw(st.dictionaries(st.sampled_from(pool), st.sampled_from(["z1", "z2", "z3"]))),
-    )
+    zones = draw(zone_maps(BROKERS, pool, ["z1", "z2"], ["z1", "z2", "z3"]))
     return queues, consumers, {c: tuple(q) for c, q in previous.items()}, zones
 
 

@@ -12,7 +12,7 @@ from mqbalance.model import MessageQueue, Zones, sort_consumers, sort_queues
 from mqbalance.strategies import allocate
 from mqbalance.strategies.sticky import allocate_transport, previous_holders
 from mqbalance.strategies.sticky_zones import _deal, allocate_zone_sticky
-from tests.unit.sticky_support import AFFINE, Case, Shares
+from tests.unit.sticky_support import AFFINE, Case, Shares, held_once, queue_lists, zone_maps
 
 BROKERS = tuple(f"broker-{i}" for i in range(6))
 POOL = tuple(f"pod-{i}" for i in range(10))
@@ -21,26 +21,13 @@ ZONE_NAMES = ("z1", "z2", "z3", "z4")
 
 @st.composite
 def medium_cases(draw: st.DrawFn) -> Case:
-    queues = draw(
-        st.lists(
-            st.builds(MessageQueue, st.just("t"), st.sampled_from(BROKERS), st.integers(0, 11)),
-            max_size=60,
-            unique=True,
-        )
-    )
+    queues = draw(queue_lists(BROKERS, 12, 60))
     consumers = draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=8, unique=True))
     # One holder per queue, often a pod that has left; some queues are new. Few holders
     # make large holdings, where the one-more slots and the clipping matter.
     holding = draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=len(POOL), unique=True))
-    previous: dict[str, list[MessageQueue]] = {}
-    for mq in queues + [MessageQueue("t", "gone", i) for i in range(3)]:
-        holder = draw(st.none() | st.sampled_from(holding))
-        if holder is not None:
-            previous.setdefault(holder, []).append(mq)
-    zones = Zones(
-        draw(st.dictionaries(st.sampled_from(BROKERS), st.sampled_from(ZONE_NAMES))),
-        draw(st.dictionaries(st.sampled_from(POOL), st.sampled_from(ZONE_NAMES))),
-    )
+    previous = draw(held_once(queues, holding, gone=3))
+    zones = draw(zone_maps(BROKERS, POOL, ZONE_NAMES))
     return queues, consumers, {c: tuple(share) for c, share in previous.items()}, zones
 
 

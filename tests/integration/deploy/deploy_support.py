@@ -11,7 +11,7 @@ import json
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,18 @@ def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.Completed
 
 def documents(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render(helm: Path, *args: str) -> list[dict[str, Any]]:
+    """The chart's objects as ``helm template`` renders them for release ``mq`` in ``mq-system``."""
+    return documents(run_helm(helm, "template", "mq", str(CHART), "--namespace", "mq-system", *args).stdout)
+
+
+def template_refused(helm: Path, *args: str) -> str:
+    """What ``helm template`` of the chart with ``args`` says on refusing it (it must refuse)."""
+    result = run_helm(helm, "template", "mq", str(CHART), *args, check=False)
+    assert result.returncode != 0, args
+    return result.stderr
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -97,6 +109,15 @@ def can_i(
     if answer not in ("yes", "no"):
         raise AssertionError(f"kubectl auth can-i {verb} {resource} answered {answer!r}: {result.stderr}")
     return answer == "yes"
+
+
+def permitted(
+    cluster: LocalCluster, subject: str, requests: Iterable[tuple[str, str, str | None]]
+) -> list[tuple[str, str, str | None]]:
+    """The (verb, resource, namespace) of ``requests`` that ``subject`` may do (:func:`can_i`)."""
+    return [
+        (verb, resource, ns) for verb, resource, ns in requests if can_i(cluster, subject, verb, resource, ns)
+    ]
 
 
 DENIED = re.compile(r"(?<![\d,.])403(?!\d)|forbidden", re.IGNORECASE)

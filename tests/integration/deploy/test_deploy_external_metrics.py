@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
 
 from cryptography import x509
 
 from mqbalance.operator.main import parse_args
-from tests.integration.deploy.deploy_support import CHART, documents, run_helm
+from tests.integration.deploy.deploy_support import CHART, render, run_helm
 
 ON = ["--set", "operator.externalMetrics.enabled=true", "--set", "operator.lag.drainSeconds=120"]
-
-
-def render(helm: Path, *args: str) -> list[dict[str, Any]]:
-    return documents(run_helm(helm, "template", "mq", str(CHART), "--namespace", "mq-system", *args).stdout)
 
 
 def test_off_by_default(helm: Path) -> None:

@@ -130,25 +130,16 @@ def restart_loop(
     }
 
 
+@pytest.mark.parametrize("rounds", [1, pytest.param(5, marks=pytest.mark.slow)], ids=["once", "many-times"])
 def test_api_server_and_etcd_restarts_lose_nothing(
     cluster: LocalCluster,
     rig: Rig,
     sidecar: Callable[[str, str], SidecarProcess],
+    rounds: int,
 ) -> None:
-    figures = restart_loop(rig, cluster, sidecar, 1)
+    figures = restart_loop(rig, cluster, sidecar, rounds)
     print("api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
-    assert figures["restarts"] == len(DISRUPTIONS)
-
-
-@pytest.mark.slow
-def test_api_server_and_etcd_restarts_many_times(
-    cluster: LocalCluster,
-    rig: Rig,
-    sidecar: Callable[[str, str], SidecarProcess],
-) -> None:
-    figures = restart_loop(rig, cluster, sidecar, 5)
-    print("api-restart figures:", " ".join(f"{k}={v}" for k, v in figures.items()))
-    assert figures["restarts"] == 5 * len(DISRUPTIONS)
+    assert figures["restarts"] == rounds * len(DISRUPTIONS)
 
 
 def test_conflicting_writes_are_retried(
