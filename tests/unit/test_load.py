@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from mqbalance.contract.document import owners
 from mqbalance.model import LoadBalance, MessageModel, MessageQueue, StrategyName, StrategySpec, Zones
 from mqbalance.strategies import AllocationError, LoadState, allocate, balance_group, balance_load
 from mqbalance.strategies.load import LoadOutcome, load_limit, member_loads, queue_cap, queue_floor
@@ -93,14 +94,6 @@ def cases(draw: st.DrawFn, *, same_members: bool = False, factor: float | None =
     if factor is not None:
         setting = LoadBalance(setting.tolerance, setting.samples, factor)
     return Case(queues, members, {m: tuple(s) for m, s in previous.items()}, zones, loads, setting)
-
-
-def owners(assignment: Shares) -> dict[MessageQueue, list[str]]:
-    out: dict[MessageQueue, list[str]] = {}
-    for member, share in assignment.items():
-        for mq in share:
-            out.setdefault(mq, []).append(member)
-    return out
 
 
 def moved(previous: Shares, current: Shares) -> set[MessageQueue]:
