@@ -535,22 +535,55 @@ class RocketMQ(Service):
             env=self._env(),
             check=False,
         )
-        if result.returncode != 0:
+        # A command that failed (a refusal, a timeout on a loaded machine) is reported on stderr
+        # as a SubCommandException, and mqadmin still exits 0.
+        if result.returncode != 0 or "SubCommandException" in result.stderr:
             raise RocketMQError(
                 f"mqadmin {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
             )
         return result
 
+    def send(self, topic: str, count: int) -> None:
+        """``count`` messages to ``topic`` acknowledged by a broker, sent with RocketMQ's own producer
+        (``mqadmin checkMsgSendRT``). That command prints a failed send as ``false`` and exits 0, so
+        the sends that failed are made again until ``count`` were acknowledged."""
+        left = count
+
+        def acknowledged() -> bool:
+            nonlocal left
+            out = self.mqadmin("checkMsgSendRT", "-t", topic, "-a", str(left), "-s", "32").stdout
+            # Rows: broker name, queue id, send result, RT (a failed send has no broker name).
+            left -= sum(1 for line in out.splitlines() if line.split()[2:3] == ["true"])
+            return left <= 0
+
+        polling.wait_for(
+            f"{count} sends to {topic!r} acknowledged",
+            acknowledged,
+            self.ready_timeout,
+            0.5,
+            RocketMQError,
+            retry_on=(RocketMQError,),
+        )
+
     def stored(self, topic: str) -> int:
         """Messages the brokers hold for ``topic``: the sum of its queues' max offsets (``mqadmin
         topicStatus``). Under load a producer stores a retried send twice and a failed one not at all,
         so a test that counts lag compares against this, not against the number it sent."""
-        out = self.mqadmin("topicStatus", "-t", topic).stdout
-        rows = [line.split() for line in out.splitlines()]
-        maxima = [int(f[3]) for f in rows if len(f) >= 4 and f[1].isdigit() and f[3].isdigit()]
-        if not maxima:
-            raise RocketMQError(f"mqadmin topicStatus listed no queue of {topic}:\n{out}")
-        return sum(maxima)
+
+        def maxima() -> list[int]:
+            out = self.mqadmin("topicStatus", "-t", topic).stdout
+            rows = [line.split() for line in out.splitlines()]
+            return [int(f[3]) for f in rows if len(f) >= 4 and f[1].isdigit() and f[3].isdigit()]
+
+        listed = polling.wait_for(
+            f"mqadmin topicStatus to list the queues of {topic!r}",
+            maxima,
+            self.ready_timeout,
+            0.5,
+            RocketMQError,
+            retry_on=(RocketMQError,),
+        )
+        return sum(listed)
 
     def logs(self, lines: int = 30) -> str:
         parts = []

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import polling
-from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ
+from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ, RocketMQError
 from mqbalance.lag import group_lag
 from mqbalance.model import MessageQueue
 from mqbalance.operator.offsets import OffsetReader
@@ -63,7 +63,7 @@ def consume(mq: RocketMQ, group: str, topic: str, count: int, credentials: Crede
 
 
 def produce(mq: RocketMQ, topic: str, count: int) -> None:
-    mq.mqadmin("checkMsgSendRT", "-t", topic, "-a", str(count), "-s", "32")
+    mq.send(topic, count)
 
 
 def consumer_progress(mq: RocketMQ, group: str, topic: str) -> dict[MessageQueue, tuple[int, int, int]]:
@@ -71,18 +71,23 @@ def consumer_progress(mq: RocketMQ, group: str, topic: str) -> dict[MessageQueue
     args = ["consumerProgress", "-g", group]
     if mq.is_5x:
         args += ["-t", topic]  # 4.9.x has no -t: it lists every topic the group committed
-    out = mq.mqadmin(*args).stdout
-    rows: dict[MessageQueue, tuple[int, int, int]] = {}
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) >= 6 and fields[0] == topic:
-            rows[MessageQueue(topic, fields[1], int(fields[2]))] = (
-                int(fields[3]),
-                int(fields[4]),
-                int(fields[5]),
-            )
-    assert rows, f"consumerProgress listed no queue of {topic}:\n{out}"
-    return rows
+
+    def listed() -> dict[MessageQueue, tuple[int, int, int]]:
+        rows: dict[MessageQueue, tuple[int, int, int]] = {}
+        for line in mq.mqadmin(*args).stdout.splitlines():
+            fields = line.split()
+            if len(fields) >= 6 and fields[0] == topic:
+                rows[MessageQueue(topic, fields[1], int(fields[2]))] = (
+                    int(fields[3]),
+                    int(fields[4]),
+                    int(fields[5]),
+                )
+        return rows
+
+    # A query that timed out on a loaded machine fails (RocketMQError) and is asked again.
+    return polling.wait_for(
+        f"consumerProgress to list the queues of {topic}", listed, 60, 0.5, retry_on=(RocketMQError,)
+    )
 
 
 def test_lag_per_queue_equals_consumer_progress(mq: RocketMQ, topic_name: str) -> None:

@@ -82,7 +82,7 @@ def test_status_column_and_metrics_show_lag_and_an_unreachable_broker_is_a_condi
     topic = orders_group(api, rocketmq, namespace, topic_name, 2, POD_LABELS)  # 2 queues on each broker
     first = wait_generation(api, namespace, "orders", 1)
     assert sum(len(qs) for qs in first.topics[topic].values()) == 4
-    rocketmq.mqadmin("checkMsgSendRT", "-t", topic, "-a", "40", "-s", "32")
+    rocketmq.send(topic, 40)
     stored = rocketmq.stored(topic)  # 40, unless under load a send was retried (twice) or failed (none)
     assert stored > 0
 
