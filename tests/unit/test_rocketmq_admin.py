@@ -23,8 +23,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, answers: Answers) -> list[str]:
     """mqadmin's answers in turn, without a JVM; returns the ``-a`` amounts asked for."""
     asked: list[str] = []
 
-    def run(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
-        argv = [str(a) for a in args[0]]  # type: ignore[union-attr]
+    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         if "checkMsgSendRT" in argv:
             asked.append(argv[argv.index("-a") + 1])
         return next(answers)
