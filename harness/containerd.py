@@ -161,8 +161,14 @@ class Ctr:
         return set(self("images", "list", "--quiet").stdout.split())
 
     def import_image(self, archive: Path, ref: str) -> None:
-        """Import an OCI archive as ``ref`` (unpacked for the CRI's snapshotter)."""
-        self("images", "import", "--index-name", ref, str(archive), timeout=600)
+        """Import an OCI archive as ``ref`` (unpacked for the CRI's snapshotter).
+
+        The image is named by the archive's ``org.opencontainers.image.ref.name`` (podman writes
+        ``ref``), as ``ctr images import`` names it for a user. Not ``--index-name``: containerd
+        1.6 can lose that extra index record's blob before it unpacks it ("failed to resolve
+        rootfs: content digest ... not found"), even in an empty root.
+        """
+        self("images", "import", str(archive), timeout=600)
         if ref not in self.images():
             raise HostError(f"importing {archive} did not give image {ref}")
 
