@@ -182,6 +182,10 @@ class RocketMQError(RuntimeError):
     """RocketMQ could not be fetched, started or reached; the message carries the logs."""
 
 
+class MqadminError(RocketMQError):
+    """An ``mqadmin`` command failed: a refusal, or a request that timed out on a loaded machine."""
+
+
 def home(version: str = DEFAULT_VERSION) -> Path:
     return cache_dir() / f"rocketmq-{version}"
 
@@ -538,7 +542,7 @@ class RocketMQ(Service):
         # A command that failed (a refusal, a timeout on a loaded machine) is reported on stderr
         # as a SubCommandException, and mqadmin still exits 0.
         if result.returncode != 0 or "SubCommandException" in result.stderr:
-            raise RocketMQError(
+            raise MqadminError(
                 f"mqadmin {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
             )
         return result
@@ -556,14 +560,7 @@ class RocketMQ(Service):
             left -= sum(1 for line in out.splitlines() if line.split()[2:3] == ["true"])
             return left <= 0
 
-        polling.wait_for(
-            f"{count} sends to {topic!r} acknowledged",
-            acknowledged,
-            self.ready_timeout,
-            0.5,
-            RocketMQError,
-            retry_on=(RocketMQError,),
-        )
+        self._wait_for(f"{count} sends to {topic!r} acknowledged", acknowledged, retry_on=(MqadminError,))
 
     def stored(self, topic: str) -> int:
         """Messages the brokers hold for ``topic``: the sum of its queues' max offsets (``mqadmin
@@ -575,13 +572,8 @@ class RocketMQ(Service):
             rows = [line.split() for line in out.splitlines()]
             return [int(f[3]) for f in rows if len(f) >= 4 and f[1].isdigit() and f[3].isdigit()]
 
-        listed = polling.wait_for(
-            f"mqadmin topicStatus to list the queues of {topic!r}",
-            maxima,
-            self.ready_timeout,
-            0.5,
-            RocketMQError,
-            retry_on=(RocketMQError,),
+        listed = self._wait_for(
+            f"topicStatus to list the queues of {topic!r}", maxima, retry_on=(MqadminError,)
         )
         return sum(listed)
 
@@ -773,7 +765,17 @@ class RocketMQ(Service):
 
         self._wait_for(f"brokers {', '.join(self.broker_names)} to register", all_registered)
 
-    def _wait_for(self, what: str, probe: Callable[[], T | None], proc: Component | None = None) -> T:
+    def _wait_for(
+        self,
+        what: str,
+        probe: Callable[[], T | None],
+        proc: Component | None = None,
+        *,
+        retry_on: tuple[type[Exception], ...] = (),
+    ) -> T:
+        """Until ``probe`` holds (its ``retry_on`` errors meaning "not yet"); a NameServer or broker
+        that exits meanwhile ends the wait at once, with the logs."""
+
         def ready() -> T | None:
             for p in [self._namesrv, *self._brokers.values(), proc]:
                 if p is not None and not p.running():
@@ -782,7 +784,9 @@ class RocketMQ(Service):
                     raise RocketMQError(f"{p.name} exited while waiting for {what}:\n{self.logs()}")
             return probe()
 
-        return polling.wait_for(what, ready, self.ready_timeout, 0.1, RocketMQError, details=self.logs)
+        return polling.wait_for(
+            what, ready, self.ready_timeout, 0.1, RocketMQError, retry_on=retry_on, details=self.logs
+        )
 
 
 def _cmd_up(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.rocketmq import RocketMQ, RocketMQError
+from harness.rocketmq import MqadminError, RocketMQ
 
 HEADER = "#Broker Name                      #QID  #Send Result            #RT"
 
@@ -56,5 +56,5 @@ def test_a_command_that_failed_is_an_error_though_mqadmin_exits_0(
 ) -> None:
     failed = "org.apache.rocketmq.tools.command.SubCommandException: TopicStatusSubCommand command failed"
     scripted(monkeypatch, iter([answer("", failed)]))
-    with pytest.raises(RocketMQError, match="TopicStatusSubCommand command failed"):
+    with pytest.raises(MqadminError, match="TopicStatusSubCommand command failed"):
         mq.mqadmin("topicStatus", "-t", "orders")

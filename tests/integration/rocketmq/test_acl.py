@@ -25,7 +25,7 @@ from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, Acl, RocketMQ
 from mqbalance.operator.offsets import OffsetReader
 from mqbalance.rocketmq.remoting import Credentials
 from tests.integration.operator_support import apply_group, apply_topic, condition, status_of
-from tests.integration.rocketmq.test_lag_offsets import consume, consumer_progress, produce
+from tests.integration.rocketmq.test_lag_offsets import consume, consumer_progress
 
 ACL = Acl()
 BROKER = "broker-a"
@@ -50,9 +50,9 @@ def test_signed_offset_reads_equal_consumer_progress_and_unsigned_ones_are_refus
     topic = topic_name[-40:].lstrip("-")
     group = f"GID_{topic}"[:60]
     secured.create_topic(topic, 4)
-    produce(secured, topic, 60)  # mqadmin signs with conf/tools.yml (the admin account)
+    secured.send(topic, 60)  # mqadmin signs with conf/tools.yml (the admin account)
     consume(secured, group, topic, 20, ACL.client)
-    produce(secured, topic, 20)  # lag the consumer cannot have taken
+    secured.send(topic, 20)  # lag the consumer cannot have taken
 
     ours = read(secured, group, topic, ACL.client)
     assert ours.failures == ()
@@ -112,7 +112,7 @@ def test_the_operator_signs_lag_reads_with_the_secret_the_topic_names(
     try:
         kubelet.start_pods(api, namespace, "consumer", 2, POD_LABELS, [node])
         secured.create_topic(topic, 2)
-        produce(secured, topic, 30)
+        secured.send(topic, 30)
         secret(api, namespace, "rocketmq-acl", ACL.client)
         name_server = {"addresses": [secured.namesrv_addr], "aclSecretRef": {"name": "rocketmq-acl"}}
         apply_topic(api, namespace, "orders", topicName=topic, nameServer=name_server)

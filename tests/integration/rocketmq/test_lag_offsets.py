@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import polling
-from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ, RocketMQError
+from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, MqadminError, RocketMQ
 from mqbalance.lag import group_lag
 from mqbalance.model import MessageQueue
 from mqbalance.operator.offsets import OffsetReader
@@ -62,10 +62,6 @@ def consume(mq: RocketMQ, group: str, topic: str, count: int, credentials: Crede
     assert result.returncode == 0, f"consumer failed ({result.returncode}):\n{result.stdout}{result.stderr}"
 
 
-def produce(mq: RocketMQ, topic: str, count: int) -> None:
-    mq.send(topic, count)
-
-
 def consumer_progress(mq: RocketMQ, group: str, topic: str) -> dict[MessageQueue, tuple[int, int, int]]:
     """``mqadmin consumerProgress -g GROUP``: (broker offset, consumer offset, diff) per queue."""
     args = ["consumerProgress", "-g", group]
@@ -84,9 +80,9 @@ def consumer_progress(mq: RocketMQ, group: str, topic: str) -> dict[MessageQueue
                 )
         return rows
 
-    # A query that timed out on a loaded machine fails (RocketMQError) and is asked again.
+    # A query that timed out on a loaded machine fails (MqadminError) and is asked again.
     return polling.wait_for(
-        f"consumerProgress to list the queues of {topic}", listed, 60, 0.5, retry_on=(RocketMQError,)
+        f"consumerProgress to list the queues of {topic}", listed, 60, 0.5, retry_on=(MqadminError,)
     )
 
 
@@ -94,9 +90,9 @@ def test_lag_per_queue_equals_consumer_progress(mq: RocketMQ, topic_name: str) -
     topic = topic_name[-40:].lstrip("-")
     group = f"GID_{topic}"[:60]
     mq.create_topic(topic, 4)  # 4 queues on each of the two brokers
-    produce(mq, topic, 200)
+    mq.send(topic, 200)
     consume(mq, group, topic, 60)
-    produce(mq, topic, 80)
+    mq.send(topic, 80)
 
     reader = OffsetReader(mq.namesrv_addr, timeout=polling.scaled(5))
     ours = asyncio.run(reader.read_group(group, [(topic, ())]))
