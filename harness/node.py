@@ -653,9 +653,9 @@ class RealNode(LocalCluster):
         try:
             self._import_images(run.ctr)
         except HostError as exc:
-            # containerd 1.6 can fail to import a new build into a root that holds an older one
-            # ("content digest ... not found") and keep a broken image record: the root is only
-            # a cache of imports, so start again from an empty one.
+            # A root left broken (an import killed halfway, or an image record whose content is
+            # gone) refuses imports: the root is only a cache of imports, so start again from an
+            # empty one.
             print(f"{spec.name}: {exc}; importing into an empty containerd root", file=sys.stderr)
             run.containerd.stop(10.0)
             node_host.unmount_all([spec.containerd_root])
