@@ -5,6 +5,7 @@ from mqbalance.kube.client import MERGE_PATCH, ApiError, Conflict, Gone, KubeCli
 from mqbalance.kube.compact import compact
 from mqbalance.kube.informer import Backoff, Informer, Key, object_key
 from mqbalance.kube.lease import LeaseElector, LeaseLock, default_identity, parse_micro_time
+from mqbalance.kube.lease_loop import LeaseLoop
 
 __all__ = [
     "MERGE_PATCH",
@@ -17,6 +18,7 @@ __all__ = [
     "KubeClient",
     "LeaseElector",
     "LeaseLock",
+    "LeaseLoop",
     "compact",
     "default_identity",
     "object_key",

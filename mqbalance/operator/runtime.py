@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, MEMBER_LEASE_LABEL, TOPICS
-from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, compact, default_identity
+from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, LeaseLoop, compact, default_identity
 from mqbalance.operator import external_metrics
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
@@ -61,6 +61,8 @@ class Runtime:
         self._client: KubeClient | None = None
         self._lock: LeaseLock | None = None
         self._shards: Shards | None = None
+        self._leases: LeaseLoop | None = None
+        """With leader election: where the Leases are renewed, never behind the reconciles (lease_loop.py)."""
         self._scopes: NamespaceScopes | None = None
         self.controller: Controller | None = None
         self.lag: LagPoller | None = None
@@ -106,49 +108,13 @@ class Runtime:
         assert controller is not None
         elector: LeaseElector | None = None
         scopes: NamespaceScopes | None = None
-        if config.leader_election and config.lease_namespace and config.shards > 1:
-            # Every replica works, on the shards it holds (shards.py).
-            shards = self._shards = Shards(
-                client,
-                config.lease_namespace,
-                config.leader_election,
-                default_identity(),
-                config.shards,
-                config.lease_duration,
-                by=config.shard_by,
-            )
-            controller.owns = shards.owns
-            if config.shard_by == "namespace":
-                scopes = self._scopes = NamespaceScopes(
-                    controller,
-                    lambda scope: namespace_informers(client, controller, scope),
-                    lambda ns: shards.shard(ns, "") in shards.owned,
-                )
-
-            def busy(shard: int) -> bool:
-                return any(shards.shard(ns, name) == shard for _, ns, name in controller.queue.active())
-
-            def changed(step: ShardChanges) -> None:
-                if scopes is not None:
-                    scopes.update()  # a namespace's groups are worked on once it is listed
-                if step.gained or step.retry:
-                    controller.resync(
-                        lambda ns, name: shards.shard(ns, name) in step.gained or (ns, name) in step.retry
-                    )
-
-            self._tasks.append(asyncio.create_task(run_shards(shards, busy, changed), name="shards"))
-        elif config.leader_election and config.lease_namespace:
-            self._lock = LeaseLock(
-                client,
-                config.lease_namespace,
-                config.leader_election,
-                default_identity(),
-                config.lease_duration,
-            )
-            check = ShardSetCheck(client, config.lease_namespace, config.leader_election)
-            elector = LeaseElector(self._lock, check)
-            await elector.acquire()
-            self.standby = False
+        if config.leader_election and config.lease_namespace:
+            leases = self._leases = LeaseLoop()
+            lease = (await leases.start(config.kubeconfig), config.lease_namespace, config.leader_election)
+            if config.shards > 1:
+                scopes = self._start_shards(leases, lease, client)
+            else:
+                elector = await self._elect(leases, lease)
         if scopes is None:
             informers = create_informers(client, controller, config)
         else:
@@ -178,10 +144,63 @@ class Runtime:
             tasks.append(asyncio.create_task(self.lag.run(), name="lag"))
         self._tasks += tasks
         if elector is not None:
-            await elector.hold()
+            assert self._leases is not None
+            await self._leases.run(elector.hold())
             # Lost: stop at once, as controller-runtime's managers do; the pod restarts as a standby.
             self.exit_code = 1
             stop.set()
+
+    def _start_shards(
+        self, leases: LeaseLoop, lease: tuple[KubeClient, str, str], client: KubeClient
+    ) -> NamespaceScopes | None:
+        """Every replica works, on the shards it holds (shards.py); the scopes when sharded by namespace.
+
+        ``lease``: the Lease thread's client, the Leases' namespace and their name prefix."""
+        config, controller = self.config, self.controller
+        assert controller is not None
+        scopes: NamespaceScopes | None = None
+        shards = self._shards = Shards(
+            *lease,
+            default_identity(),
+            config.shards,
+            config.lease_duration,
+            by=config.shard_by,
+        )
+        controller.owns = shards.owns
+        if config.shard_by == "namespace":
+            scopes = self._scopes = NamespaceScopes(
+                controller,
+                lambda scope: namespace_informers(client, controller, scope),
+                lambda ns: shards.shard(ns, "") in shards.owned,
+            )
+
+        def busy(shard: int) -> bool:  # on the Lease thread; active() copies the keys in one step
+            return any(shards.shard(ns, name) == shard for _, ns, name in controller.queue.active())
+
+        def changed(step: ShardChanges) -> None:  # on this loop
+            if scopes is not None:
+                scopes.update()  # a namespace's groups are worked on once it is listed
+            if step.gained or step.retry:
+                controller.resync(
+                    lambda ns, name: shards.shard(ns, name) in step.gained or (ns, name) in step.retry
+                )
+
+        loop = asyncio.get_running_loop()
+
+        def changed_there(step: ShardChanges) -> None:  # on the Lease thread
+            loop.call_soon_threadsafe(changed, step)
+
+        renewing = run_shards(shards, busy, changed_there)
+        self._tasks.append(asyncio.create_task(leases.run(renewing), name="shards"))
+        return scopes
+
+    async def _elect(self, leases: LeaseLoop, lease: tuple[KubeClient, str, str]) -> LeaseElector:
+        """Return once this replica leads (a single leader of one Lease); ``lease`` as for shards."""
+        self._lock = LeaseLock(*lease, default_identity(), self.config.lease_duration)
+        elector = LeaseElector(self._lock, ShardSetCheck(*lease))
+        await leases.run(elector.acquire())
+        self.standby = False
+        return elector
 
     def leadership(self) -> Leadership:
         """This replica's part in leader election now (the metrics read it at every scrape)."""
@@ -216,12 +235,15 @@ class Runtime:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._lock is not None and self._lock.held:
-            await self._lock.release()
+        leases = self._leases
+        if leases is not None and self._lock is not None and self._lock.held:
+            await leases.run(self._lock.release())
         if self._scopes is not None:
             await self._scopes.stop_all()
-        if self._shards is not None:
-            await self._shards.stop()
+        if leases is not None and self._shards is not None:
+            await leases.run(self._shards.stop())
+        if leases is not None:
+            await leases.stop()
         if self._http is not None:
             await self._http.cleanup()
         if self._external is not None:

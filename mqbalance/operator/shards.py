@@ -17,7 +17,8 @@ SIGKILL, a lost node) stops renewing: its member Lease and shard Leases expire a
 duration and the others take its shards over. A holder treats a shard as lost once it could not
 renew it for two thirds of the duration, before anyone else may take it, so no group is ever
 worked on by two replicas at once; and the assignment ConfigMap is replaced with the
-resourceVersion read besides.
+resourceVersion read besides. The steps run on the Lease thread (kube/lease_loop.py), so however
+much work is due, the renewals keep their time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -123,6 +125,8 @@ class Shards:
         self._refused: dict[int, set[tuple[str, str]]] = {}
         """Shard -> (namespace, name) of the work refused on it since the last step (its Lease was not
         renewed in time)."""
+        self._refused_lock = threading.Lock()
+        """:meth:`owns` is asked on the reconciling loop, :meth:`step` runs on the Lease thread."""
         self._announcing = True
         self.conflict = ""
         """Why this replica works on nothing now (another shard count or a single leader is live)."""
@@ -137,7 +141,8 @@ class Shards:
             return False  # its owner works on it; should it become ours, it is gained then
         if self.locks[shard].held:
             return True
-        self._refused.setdefault(shard, set()).add((namespace, name))
+        with self._refused_lock:
+            self._refused.setdefault(shard, set()).add((namespace, name))
         return False
 
     def plan(self, members: tuple[str, ...]) -> frozenset[int]:
@@ -153,9 +158,6 @@ class Shards:
         plan is released only once it is not.
         """
         before = self.owned
-        # Work refused on a shard of ours whose Lease was not renewed in time (a busy loop, a slow
-        # API server) was skipped: once renewed, that work is due again.
-        refused, self._refused = self._refused, {}
         await self.member.try_hold()
         self.members = await self._live_members()
         if self._announcing:
@@ -180,6 +182,10 @@ class Shards:
         held = await asyncio.gather(*(keep(shard, lock) for shard, lock in enumerate(self.locks)))
         self.owned = frozenset(shard for shard, ok in enumerate(held) if ok)
         gained, lost = self.owned - before, before - self.owned
+        # Work refused on a shard of ours whose Lease was not renewed in time (a slow API server)
+        # was skipped: now renewed, that work is due again.
+        with self._refused_lock:
+            refused, self._refused = self._refused, {}
         renewed = (self.owned & refused.keys()) - gained
         if renewed:
             logger.warning(
