@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -287,7 +287,7 @@ def _normalized(topics: Mapping[str, Assignment]) -> dict[str, dict[str, frozens
     return {t: {m: frozenset(q) for m, q in a.items()} for t, a in topics.items()}
 
 
-def owners(assignment: Assignment) -> dict[MessageQueue, list[str]]:
+def owners(assignment: Mapping[str, Iterable[MessageQueue]]) -> dict[MessageQueue, list[str]]:
     """Queue -> the members that hold it (one in clustering mode, all in broadcasting)."""
     out: dict[MessageQueue, list[str]] = {}
     for member, queues in assignment.items():

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from hypothesis import strategies as st
 
+from mqbalance.contract.document import owners
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec, Zones
 
 STICKY = StrategySpec(StrategyName.STICKY)
@@ -53,14 +54,6 @@ def zone_maps(
         st.dictionaries(st.sampled_from(brokers), st.sampled_from(broker_zones)),
         st.dictionaries(st.sampled_from(consumers), st.sampled_from(consumer_zones or broker_zones)),
     )
-
-
-def owners(assignment: Shares) -> dict[MessageQueue, set[str]]:
-    out: dict[MessageQueue, set[str]] = {}
-    for consumer, share in assignment.items():
-        for mq in share:
-            out.setdefault(mq, set()).add(consumer)
-    return out
 
 
 def cost(assignment: Shares, previous: Shares, zones: Zones) -> tuple[int, int]:

@@ -71,9 +71,12 @@ def record(generation: int, share: Share) -> JournalRecord:
     )
 
 
-def watcher() -> GenerationWatcher:
+def watcher(*seen: tuple[int, Share]) -> GenerationWatcher:
+    """A watcher past its first listing (nothing published yet) that has then seen ``seen``, in order."""
     w = GenerationWatcher(None, NS, READABLE)
-    w.listed([])  # the first listing: nothing published yet
+    w.listed([])
+    for generation, share in seen:
+        see(w, generation, share)
     return w
 
 
@@ -91,9 +94,7 @@ GOOD = [{"a": [0, 1, 2, 3]}, {"a": [0, 1], "b": [2, 3]}, {"a": [0, 1], "b": [2],
 
 
 def test_a_clean_history_passes_and_says_how_much_was_checked() -> None:
-    w = watcher()
-    for generation, share in enumerate(GOOD, 1):
-        see(w, generation, share)
+    w = watcher(*enumerate(GOOD, 1))
     see(w, 3, GOOD[2], version="rv3-annotated")  # a foreign rewrite of the same document
     figures = w.assert_clean(min_generations=3)
     assert (figures.generations_seen, figures.pairs_compared, figures.documents_read) == (3, 2, 4)
@@ -101,8 +102,7 @@ def test_a_clean_history_passes_and_says_how_much_was_checked() -> None:
 
 
 def test_two_owners_in_one_generation_fail() -> None:
-    w = watcher()
-    see(w, 1, {"a": [0, 1, 2], "b": [2, 3]})
+    w = watcher((1, {"a": [0, 1, 2], "b": [2, 3]}))
     with pytest.raises(AssertionError, match=r"assigned to both a and b"):
         w.assert_clean(min_generations=1)
     with pytest.raises(AssertionError, match="assigned to both"):
@@ -112,8 +112,7 @@ def test_two_owners_in_one_generation_fail() -> None:
 
 
 def test_a_readable_queue_with_no_owner_fails() -> None:
-    w = watcher()
-    see(w, 1, {"a": [0, 1], "b": [2]})
+    w = watcher((1, {"a": [0, 1], "b": [2]}))
     with pytest.raises(AssertionError, match="1 readable queues unassigned"):
         w.assert_clean(min_generations=1)
     with pytest.raises(AssertionError, match="unassigned"):
@@ -127,38 +126,28 @@ def test_a_watch_that_saw_nothing_fails() -> None:
 
 
 def test_fewer_generations_than_the_test_caused_fail() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
-    see(w, 2, GOOD[1])
+    w = watcher((1, GOOD[0]), (2, GOOD[1]))
     with pytest.raises(AssertionError, match="checked 2 generations, fewer than the 3"):
         w.assert_clean(min_generations=3)
 
 
 def test_a_generation_that_went_backwards_or_repeated_fails() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
-    see(w, 2, GOOD[1])
-    see(w, 1, GOOD[2])
+    w = watcher((1, GOOD[0]), (2, GOOD[1]), (1, GOOD[2]))
     with pytest.raises(AssertionError, match=r"went back or repeated: \[1, 2, 1\]"):
         w.assert_clean(min_generations=1)
-    w = watcher()
-    see(w, 1, GOOD[0])
-    see(w, 1, GOOD[1])  # another document under the same number: two writers
+    w = watcher((1, GOOD[0]), (1, GOOD[1]))  # another document under the same number: two writers
     with pytest.raises(AssertionError, match="went back or repeated"):
         w.assert_clean(min_generations=1)
 
 
 def test_a_generation_missing_from_an_unbroken_watch_fails() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
-    see(w, 3, GOOD[2])
+    w = watcher((1, GOOD[0]), (3, GOOD[2]))
     with pytest.raises(AssertionError, match="came after 1 in an unbroken watch"):
         w.assert_clean(min_generations=1, journal=[record(2, GOOD[1])])
 
 
 def test_a_first_generation_after_1_fails_unless_it_was_there_before_the_watch() -> None:
-    w = watcher()
-    see(w, 2, GOOD[1])
+    w = watcher((2, GOOD[1]))
     with pytest.raises(AssertionError, match="unbroken watch"):
         w.assert_clean(min_generations=1)
     w = GenerationWatcher(None, NS, READABLE)
@@ -168,8 +157,7 @@ def test_a_first_generation_after_1_fails_unless_it_was_there_before_the_watch()
 
 
 def test_a_gap_while_the_watch_was_away_is_closed_from_the_journal() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
+    w = watcher((1, GOOD[0]))
     w.failed(ConnectionRefusedError())
     w.failed(ConnectionRefusedError())  # one outage, however many failed requests
     w.listed([(f"{GROUP}-assignment", "rv4", document(4, GOOD[0]).encode(), None)])
@@ -183,30 +171,26 @@ def test_a_gap_while_the_watch_was_away_is_closed_from_the_journal() -> None:
 
 
 def test_a_gap_missing_from_the_journal_fails() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
+    w = watcher((1, GOOD[0]))
     w.failed(ConnectionResetError())
     see(w, 3, GOOD[2], relisted=True)
     with pytest.raises(AssertionError, match="generation 2 was published while the watch was away"):
         w.assert_clean(min_generations=1, max_outages=1, journal=[])
-    w = watcher()
-    see(w, 1, GOOD[0])
+    w = watcher((1, GOOD[0]))
     see(w, 3, GOOD[2], relisted=True)
     with pytest.raises(AssertionError, match="no journal was given"):
         w.assert_clean(min_generations=1)
 
 
 def test_a_generation_read_from_the_journal_is_checked_too() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
+    w = watcher((1, GOOD[0]))
     see(w, 3, GOOD[2], relisted=True)
     with pytest.raises(AssertionError, match=r"generation 2: orders: .* assigned to both"):
         w.assert_clean(min_generations=1, journal=[record(2, {"a": [0, 1, 2], "b": [2, 3]})])
 
 
 def test_more_outages_than_the_test_injected_fail() -> None:
-    w = watcher()
-    see(w, 1, GOOD[0])
+    w = watcher((1, GOOD[0]))
     for _ in range(2):
         w.failed(TimeoutError())
         w.worked()

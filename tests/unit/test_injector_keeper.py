@@ -39,26 +39,21 @@ class FakeKube:
             raise ApiError(404, "not found")
         return dict(self.objects[path])
 
-    def _raced(self) -> bool:
-        if self.race is None:
-            return False
-        self.objects[SECRET] = {"metadata": {"name": "tls"}, "data": self.race}
-        self.race = None
-        return True
-
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.writes.append("create")
-        if self._raced():
-            raise Conflict(409, "exists")
-        self.objects[SECRET] = body
-        return body
-
-    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.writes.append("replace")
-        if self._raced():
-            raise Conflict(409, "changed")
+    def _write(self, verb: str, path: str, body: dict[str, Any], refusal: str) -> dict[str, Any]:
+        """Record the write and store ``body``, unless another replica's write (``race``) comes first."""
+        self.writes.append(verb)
+        if self.race is not None:
+            self.objects[SECRET] = {"metadata": {"name": "tls"}, "data": self.race}
+            self.race = None
+            raise Conflict(409, refusal)
         self.objects[path] = body
         return body
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write("create", SECRET, body, "exists")
+
+    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write("replace", path, body, "changed")
 
     async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         self.patches.append(ops)

@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -24,22 +25,14 @@ ZONE_NAMES = ("z1", "z2", "z3")
 Shares = Mapping[str, Sequence[MessageQueue]]
 
 
+@dataclass
 class Case:
-    def __init__(
-        self,
-        queues: list[MessageQueue],
-        members: list[str],
-        previous: dict[str, tuple[MessageQueue, ...]],
-        zones: Zones,
-        loads: dict[MessageQueue, float],
-        setting: LoadBalance,
-    ) -> None:
-        self.queues = queues
-        self.members = members
-        self.previous = previous
-        self.zones = zones
-        self.loads = loads
-        self.setting = setting
+    queues: list[MessageQueue]
+    members: list[str]
+    previous: dict[str, tuple[MessageQueue, ...]]
+    zones: Zones
+    loads: dict[MessageQueue, float]
+    setting: LoadBalance
 
     def run(
         self, state: LoadState | None = None, *, zone_affinity: bool = False, **changes: object

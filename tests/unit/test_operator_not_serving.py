@@ -45,6 +45,15 @@ def body(
     return {"metadata": meta, "spec": spec, "status": status}
 
 
+def pending(waiting: str, message: str = "") -> dict[str, Any]:
+    """A Pending pod whose one container waits for ``waiting``."""
+    return body(
+        phase="Pending",
+        ready=False,
+        containers=[container("app", ready=False, waiting=waiting, message=message)],
+    )
+
+
 def test_a_serving_pod_has_no_reason() -> None:
     info = pod_info(body())
     assert info.serving
@@ -71,30 +80,11 @@ def test_a_serving_pod_has_no_reason() -> None:
             "container sidecar: back-off 20s",
         ),
         (
-            body(
-                phase="Pending",
-                ready=False,
-                containers=[
-                    container(
-                        "app",
-                        ready=False,
-                        waiting="ErrImageNeverPull",
-                        message='Container image "x:1" is not present with pull policy of Never',
-                    )
-                ],
-            ),
+            pending("ErrImageNeverPull", 'Container image "x:1" is not present with pull policy of Never'),
             "ErrImageNeverPull",
             'image "x:1" is not present',
         ),
-        (
-            body(
-                phase="Pending",
-                ready=False,
-                containers=[container("app", ready=False, waiting="ImagePullBackOff")],
-            ),
-            "ImagePullBackOff",
-            "container app: ImagePullBackOff",
-        ),
+        (pending("ImagePullBackOff"), "ImagePullBackOff", "container app: ImagePullBackOff"),
         (
             body(ready=False, containers=[container("app", ready=False), container("sidecar")]),
             "NotReady",
@@ -112,15 +102,7 @@ def test_a_serving_pod_has_no_reason() -> None:
             "ReadinessGatesNotReady",
             "example.com/warm",
         ),
-        (
-            body(
-                phase="Pending",
-                ready=False,
-                containers=[container("app", ready=False, waiting="ContainerCreating")],
-            ),
-            "Pending",
-            "phase Pending",
-        ),
+        (pending("ContainerCreating"), "Pending", "phase Pending"),
         (
             body(
                 phase="Pending",

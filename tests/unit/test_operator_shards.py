@@ -85,16 +85,18 @@ class Fleet:
         self.replicas[name] = shards
         return shards
 
-    async def tick(self, running: list[str] | None = None) -> None:
-        """Every running replica steps once, then a third of the duration passes; check safety."""
-        for name in running if running is not None else list(self.replicas):
-            await self.replicas[name].step(lambda shard: False)
-        # By group: replicas with different counts hold different Leases for the same group.
-        workers = Counter(
-            group for shards in self.replicas.values() for group in GROUPS if shards.owns("ns", group)
-        )
-        assert all(n == 1 for n in workers.values()), f"a group worked on twice: {workers}"
-        self.now += DURATION / 3
+    async def tick(self, running: list[str] | None = None, times: int = 1) -> None:
+        """``times`` rounds of: every running replica steps once, then a third of the duration passes;
+        check safety."""
+        for _ in range(times):
+            for name in running if running is not None else list(self.replicas):
+                await self.replicas[name].step(lambda shard: False)
+            # By group: replicas with different counts hold different Leases for the same group.
+            workers = Counter(
+                group for shards in self.replicas.values() for group in GROUPS if shards.owns("ns", group)
+            )
+            assert all(n == 1 for n in workers.values()), f"a group worked on twice: {workers}"
+            self.now += DURATION / 3
 
     def owned(self) -> dict[str, list[int]]:
         return {name: sorted(s.owned) for name, s in self.replicas.items()}
@@ -105,22 +107,19 @@ async def test_replicas_split_the_shards_and_take_over_a_dead_ones() -> None:
     fleet = Fleet()
     for name in ("a", "b", "c"):
         fleet.add(name)
-    for _ in range(4):
-        await fleet.tick()
+    await fleet.tick(times=4)
     assert fleet.owned() == {"a": [0, 3, 6], "b": [1, 4, 7], "c": [2, 5]}
     # c dies (SIGKILL): it renews nothing. a and b hold everything within two durations.
     died = fleet.now
     while sorted(fleet.owned()["a"] + fleet.owned()["b"]) != list(range(8)):
         assert fleet.now - died < 2 * DURATION, fleet.owned()
         await fleet.tick(["a", "b"])
-    for _ in range(3):
-        await fleet.tick(["a", "b"])
+    await fleet.tick(["a", "b"], times=3)
     assert fleet.owned()["a"] == [0, 2, 4, 6]
     # A new replica joins: the others hand shards over (released, so no expiry to wait for).
     fleet.replicas.pop("c")
     fleet.add("d")
-    for _ in range(3):
-        await fleet.tick()
+    await fleet.tick(times=3)
     assert fleet.owned() == {"a": [0, 3, 6], "b": [1, 4, 7], "d": [2, 5]}
 
 
@@ -141,8 +140,7 @@ async def test_replicas_started_together_take_their_own_shards_at_once() -> None
 async def test_a_clean_stop_hands_shards_over_at_once() -> None:
     fleet = Fleet(count=4)
     a, b = fleet.add("a"), fleet.add("b")
-    for _ in range(3):
-        await fleet.tick()
+    await fleet.tick(times=3)
     assert (sorted(a.owned), sorted(b.owned)) == ([0, 2], [1, 3])
     await b.stop()
     assert member_lease_name("op", "b") not in fleet.api.leases
@@ -212,12 +210,10 @@ def test_the_shard_of_a_group_is_stable_and_spread() -> None:
 async def test_a_replica_with_another_shard_count_works_on_nothing_until_the_others_go() -> None:
     fleet = Fleet(count=6)
     a, b = fleet.add("a"), fleet.add("b")
-    for _ in range(2):
-        await fleet.tick()
+    await fleet.tick(times=2)
     fleet.now += 1.0  # c starts later, with another count (a rolling update changing --shards)
     c = fleet.add("c", count=4)
-    for _ in range(3):
-        await fleet.tick()
+    await fleet.tick(times=3)
     assert (sorted(a.owned), sorted(b.owned), sorted(c.owned)) == ([0, 2, 4], [1, 3, 5], [])
     assert "--shards 6" in c.conflict
     assert not a.conflict
@@ -245,8 +241,7 @@ async def test_sharded_replicas_and_a_single_leader_never_work_at_once() -> None
     )
     assert await leader.try_hold()
     a = fleet.add("a")
-    for _ in range(2):
-        await fleet.tick()
+    await fleet.tick(times=2)
     assert not a.owned
     assert "single-leader Lease op" in a.conflict
     # The leader, for its part, sees the shard set's live members and must not lead.
@@ -268,12 +263,10 @@ def test_sharded_by_namespace_every_group_of_a_namespace_falls_in_its_shard() ->
 async def test_a_replica_sharding_by_another_key_works_on_nothing_until_the_others_go() -> None:
     fleet = Fleet(count=4)
     a = fleet.add("a")
-    for _ in range(2):
-        await fleet.tick()
+    await fleet.tick(times=2)
     fleet.now += 1.0  # b starts later with --shard-by namespace: the same Lease names, other groups
     b = fleet.add("b", by="namespace")
-    for _ in range(3):
-        await fleet.tick()
+    await fleet.tick(times=3)
     assert (sorted(a.owned), sorted(b.owned)) == ([0, 1, 2, 3], [])
     assert "--shards 4 --shard-by namespace" in b.conflict
     await a.stop()

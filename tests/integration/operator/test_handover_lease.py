@@ -11,12 +11,14 @@ once its renewals have stopped for leaseSeconds + leaseMarginSeconds."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from harness import kubelet
@@ -256,23 +258,29 @@ def leased_pair(cluster: LocalCluster, testbed: Testbed, tmp_path: Path, group: 
             kubelet.delete_pod(api, ns, pod)  # a pod already gone is no error
 
 
+LeasedPairs = Callable[[str], contextlib.AbstractContextManager[LeasedPair]]
+"""``leased_pair`` for the group of the given name, in the test's cluster, namespace and directory."""
+
+
+@pytest.fixture
+def leased(cluster: LocalCluster, testbed: Testbed, tmp_path: Path) -> LeasedPairs:
+    return functools.partial(leased_pair, cluster, testbed, tmp_path)
+
+
 def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_stays_ready(
-    cluster: LocalCluster,
-    testbed: Testbed,
-    tmp_path: Path,
+    leased: LeasedPairs,
 ) -> None:
-    with leased_pair(cluster, testbed, tmp_path, "silent") as pair:
-        ns, api, group, document, held = pair.ns, pair.api, pair.group, pair.document, pair.held
-        cut, proxy, sidecars, others_hold = pair.subject, pair.proxy, pair.sidecars, pair.others_hold
+    with leased("silent") as pair:
+        ns, api, document, held, cut = pair.ns, pair.api, pair.document, pair.held, pair.subject
         wait_for(
             f"{cut}'s sidecar to serve with a grant",
-            lambda: sidecars[cut].client.queues().get("queueCount") == len(held) or None,
+            lambda: pair.sidecars[cut].client.queues().get("queueCount") == len(held) or None,
             scaled(60),
         )
 
         # Cut off from the API server; its pod stays Running and Ready (no node lifecycle here, and
         # on a real node it would take the node's grace period, 16-50 s, to turn NotReady).
-        proxy.close()
+        pair.proxy.close()
         revoked = document(
             lambda d: cut not in d.members and d.releasing, "the revocation of the silent member"
         )
@@ -285,17 +293,19 @@ def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_
         assert pod.metadata.deletion_timestamp is None
         assert after >= LEASE - 0.1, f"revoked {after:.2f}s after its last renewal: before its lease ran out"
         assert after <= LEASE + scaled(3), f"revoked {after:.2f}s after its last renewal"
-        status = status_for(api, ns, group, revoked.generation)
+        status = status_for(api, ns, pair.group, revoked.generation)
         assert [p["reason"] for p in status["notServingPods"]] == ["MemberLeaseExpired"]
 
         # The usual floor: nothing handed on before leaseSeconds + leaseMarginSeconds after the revocation.
         bound = release.since + LEASE + MARGIN
         while time.time() < bound - 0.2:
-            doc = read_document(api, ns, group)
+            doc = read_document(api, ns, pair.group)
             assert doc is not None
-            assert not others_hold(doc) or doc.computed_at >= bound, "handed on before the floor"
+            assert not pair.others_hold(doc) or doc.computed_at >= bound, "handed on before the floor"
             time.sleep(0.05)
-        moved = document(lambda d: others_hold(d) == held and not d.releasing, "the hand-on after the floor")
+        moved = document(
+            lambda d: pair.others_hold(d) == held and not d.releasing, "the hand-on after the floor"
+        )
         assert moved.computed_at >= bound
         print(
             f"silent member revoked {after:.2f}s after its last renewal (lease {LEASE:g}), its pod Ready; "
@@ -303,19 +313,16 @@ def test_a_member_that_stops_renewing_is_revoked_after_the_lease_though_its_pod_
         )
 
         # Renewing again, it is a member again.
-        proxy.start()
+        pair.proxy.start()
         back = document(lambda d: cut in d.members, "the member back once it renews")
         print(f"member again {back.computed_at - moved.computed_at:.2f}s after the hand-on")
 
 
 def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_it_stops(
-    cluster: LocalCluster,
-    testbed: Testbed,
-    tmp_path: Path,
+    testbed: Testbed, leased: LeasedPairs
 ) -> None:
-    with leased_pair(cluster, testbed, tmp_path, "departed") as pair:
-        ns, api, group, document, held = pair.ns, pair.api, pair.group, pair.document, pair.held
-        gone, proxy, sidecars, others_hold = pair.subject, pair.proxy, pair.sidecars, pair.others_hold
+    with leased("departed") as pair:
+        ns, api, document, held, gone = pair.ns, pair.api, pair.document, pair.held, pair.subject
 
         # The pod object goes at once (grace period 0, as --force does); its sidecar keeps running
         # and renewing, as on a node the API server can no longer reach the kubelet of.
@@ -328,12 +335,12 @@ def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_i
         reconciles = testbed.operator.metric("mqbalance_reconciles_total", result="unchanged")
         renewals = set()
         while time.time() < hold_until:
-            doc = read_document(api, ns, group)
+            doc = read_document(api, ns, pair.group)
             assert doc is not None
             early = doc.computed_at - release.since
-            assert not others_hold(doc), f"handed on {early:.1f}s after the revocation while it renews"
+            assert not pair.others_hold(doc), f"handed on {early:.1f}s after the revocation while it renews"
             renewals.add(last_renewal(api, ns, gone))
-            assert sidecars[gone].client.queues().get("fenced") is False, "it renews: not fenced"
+            assert pair.sidecars[gone].client.queues().get("fenced") is False, "it renews: not fenced"
             time.sleep(0.1)
         assert len(renewals) >= 3, f"its sidecar renewed {len(renewals)} times while held"
         # Reconciled again only when a Lease could lapse (about every lease - renew seconds), not in a loop.
@@ -342,9 +349,9 @@ def test_a_force_deleted_pod_whose_sidecar_still_renews_is_not_handed_on_until_i
 
         # Its renewals stop (cut off from the API server): handed on once its Lease has been silent
         # for lease + margin on the operator's clock, not sooner.
-        proxy.close()
+        pair.proxy.close()
         moved = document(
-            lambda d: others_hold(d) == held and not d.releasing, "the hand-on after its renewals stop"
+            lambda d: pair.others_hold(d) == held and not d.releasing, "the hand-on after its renewals stop"
         )
         silent_for = moved.computed_at - last_renewal(api, ns, gone)
         assert silent_for >= LEASE + MARGIN - 0.1, f"handed on {silent_for:.2f}s after its last renewal"
