@@ -53,6 +53,13 @@ def template_refused(helm: Path, *args: str) -> str:
     return result.stderr
 
 
+def assert_values_refused(helm: Path, cases: Iterable[tuple[str, str]]) -> None:
+    """``helm template`` refuses each case's ``--set`` values (``a=1,b=2`` sets two), naming its complaint."""
+    for values, complaint in cases:
+        said = template_refused(helm, "--set", values)
+        assert complaint in said, said
+
+
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [doc for doc in docs if doc["kind"] == kind]
 

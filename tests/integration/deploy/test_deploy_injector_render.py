@@ -15,11 +15,11 @@ from mqbalance.injector.main import SETTINGS_ENV, parse_args
 from mqbalance.injector.spec import NAMESPACE_LABEL, SidecarSettings, sidecar_container
 from tests.integration.deploy.deploy_support import (
     CHART,
+    assert_values_refused,
     by_kind,
     documents,
     render,
     run_helm,
-    template_refused,
 )
 
 ON = ["--set", "injector.enabled=true", "--set", "sidecar.namespaces={shop,billing}"]
@@ -195,11 +195,12 @@ def test_injector_is_off_by_default_and_lints_on(helm: Path) -> None:
 
 
 def test_values_schema_rejects_bad_injector_values(helm: Path) -> None:
-    for args, complaint in [
-        (["--set", "injector.failurePolicy=Sometimes"], "injector.failurePolicy"),
-        (["--set", "injector.timeoutSeconds=31"], "injector.timeoutSeconds"),
-        (["--set", "injector.sidecarCredentials=borrowed"], "injector.sidecarCredentials"),
-        (["--set", "injector.enable=true"], "enable"),
-    ]:
-        said = template_refused(helm, *args)
-        assert complaint in said, said
+    assert_values_refused(
+        helm,
+        [
+            ("injector.failurePolicy=Sometimes", "injector.failurePolicy"),
+            ("injector.timeoutSeconds=31", "injector.timeoutSeconds"),
+            ("injector.sidecarCredentials=borrowed", "injector.sidecarCredentials"),
+            ("injector.enable=true", "enable"),
+        ],
+    )
