@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any
@@ -21,8 +21,6 @@ from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSp
 from mqbalance.model import Assignment, MessageQueue
 from mqbalance.operator import group_reconciler, handover, membership, reconcile
 from mqbalance.operator.handover import Step
-from mqbalance.operator.membership import PodInfo
-from mqbalance.operator.spec import LabelSelector
 
 StepFunction = Callable[..., Step]
 
@@ -171,13 +169,8 @@ def departed_member_kept() -> None:
     original_members = membership.members
     original_reconcile = reconcile.reconcile
 
-    def members(
-        pods: Iterable[PodInfo],
-        selector: LabelSelector,
-        node_labels: Mapping[str, Mapping[str, str]],
-        zone_label: str,
-    ) -> dict[str, str]:
-        out = original_members(pods, selector, node_labels, zone_label)
+    def members(*args: Any, **kwargs: Any) -> dict[str, str]:
+        out = original_members(*args, **kwargs)
         for member, zone in _previous_members.get().items():
             out.setdefault(member, zone)
         return out
