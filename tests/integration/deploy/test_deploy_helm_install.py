@@ -24,7 +24,7 @@ from harness.cluster import LocalCluster
 from harness.kubelet import create_node, start_pods
 from harness.polling import wait_for
 from harness.processes import ManagedProcess, free_port, mqbalance_argv
-from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
+from mqbalance.contract import AssignmentDocument, configmap_name
 from mqbalance.journal import JournalRecord
 from mqbalance.operator.shards import ROLE_LABEL, SHARD_SET_LABEL, member_lease_name, shard_of
 from tests.integration.deploy.deploy_support import (
@@ -38,7 +38,7 @@ from tests.integration.deploy.deploy_support import (
     run_helm,
     service_account_kubeconfig,
 )
-from tests.integration.operator_support import apply_group
+from tests.integration.operator_support import apply_group, read_document
 
 TIMEOUT = 60.0
 
@@ -217,12 +217,8 @@ def test_operator_and_sidecar_work_as_the_chart_service_accounts(
 
         def published() -> AssignmentDocument | None:
             operator.check()
-            try:
-                cm = core.read_namespaced_config_map(configmap_name(GROUP), namespace)
-            except client.exceptions.ApiException:
-                return None
-            doc = AssignmentDocument.decode((cm.data or {})[CONFIGMAP_KEY])
-            return doc if set(doc.members) == members else None
+            doc = read_document(api_client, namespace, GROUP)
+            return doc if doc is not None and set(doc.members) == members else None
 
         doc = wait_for("the operator to publish the assignment", published)
 
@@ -394,12 +390,8 @@ def run_sharded_replicas(
     def published(group: str, members: int) -> AssignmentDocument | None:
         for replica in replicas:
             replica.check()
-        try:
-            cm = core.read_namespaced_config_map(configmap_name(group), namespace)
-        except client.exceptions.ApiException:
-            return None
-        doc = AssignmentDocument.decode((cm.data or {})[CONFIGMAP_KEY])
-        return doc if len(doc.members) == members else None
+        doc = read_document(api_client, namespace, group)
+        return doc if doc is not None and len(doc.members) == members else None
 
     def journaled(i: int, group: str, generation: int) -> bool:
         path = tmp_path / f"journal-{i}.jsonl"
@@ -496,12 +488,8 @@ def test_replicas_sharding_by_namespace_watch_the_cluster_as_the_chart_service_a
 
         def published() -> AssignmentDocument | None:
             replica.check()
-            try:
-                cm = core.read_namespaced_config_map(configmap_name(GROUP), namespace)
-            except client.exceptions.ApiException:
-                return None
-            doc = AssignmentDocument.decode((cm.data or {})[CONFIGMAP_KEY])
-            return doc if len(doc.members) == 2 else None
+            doc = read_document(api_client, namespace, GROUP)
+            return doc if doc is not None and len(doc.members) == 2 else None
 
         replica.spawn()
         try:
