@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
-from harness.rocketmq import CLUSTER, LEGACY_VERSION, RocketMQ
+from harness.polling import wait_for
+from harness.rocketmq import CLUSTER, LEGACY_VERSION, MqadminError, RocketMQ
 
 
 def test_brokers_register_with_the_nameserver(rocketmq: RocketMQ) -> None:
@@ -25,27 +27,30 @@ def test_messages_sent_with_mqadmin_are_consumed_back(rocketmq: RocketMQ, topic_
     rocketmq.create_topic(topic_name, 2)
     bodies = [f"order-{i}" for i in range(3)]
     for body in bodies:
-        sent = rocketmq.mqadmin(
-            "sendMessage", "-t", topic_name, "-p", body, "-k", body, "-b", "broker-a", "-i", "1"
+        # On a loaded machine mqadmin's route lookup or send can time out; it then prints a stack
+        # trace and no SEND_OK, and exits 0. Such a send is made again (it may have been stored:
+        # RocketMQ delivers at least once, so a body may come back twice).
+        wait_for(
+            f"mqadmin sendMessage {body} to answer SEND_OK",
+            functools.partial(acknowledged, rocketmq, topic_name, body),
+            60,
+            retry_on=(MqadminError,),
         )
-        assert "SEND_OK" in sent.stdout, sent.stdout
-    got = rocketmq.mqadmin(
-        "consumeMessage",
-        "-t",
-        topic_name,
-        "-b",
-        "broker-a",
-        "-i",
-        "1",
-        "-o",
-        "0",
-        "-c",
-        "10",
-        "-g",
-        "it-reader",
-    )
-    # consumeMessage prints each message, then "BODY: <text>".
-    assert re.findall(r"BODY: (order-\d)", got.stdout) == bodies, got.stdout
+
+    def consumed() -> list[str] | None:
+        args = ("-t", topic_name, "-b", "broker-a", "-i", "1", "-o", "0", "-c", "10", "-g", "it-reader")
+        out = rocketmq.mqadmin("consumeMessage", *args).stdout
+        # consumeMessage prints each message, then "BODY: <text>".
+        found = list(dict.fromkeys(re.findall(r"BODY: (order-\d)", out)))
+        return found if len(found) == len(bodies) else None
+
+    assert wait_for("the bodies consumed back", consumed, 60, retry_on=(MqadminError,)) == bodies
+
+
+def acknowledged(rocketmq: RocketMQ, topic: str, body: str) -> bool:
+    """``mqadmin sendMessage`` of ``body`` (its key too) to broker-a's queue 1: whether it said SEND_OK."""
+    args = ("-t", topic, "-p", body, "-k", body, "-b", "broker-a", "-i", "1")
+    return "SEND_OK" in rocketmq.mqadmin("sendMessage", *args).stdout
 
 
 def test_the_4x_release_runs_and_serves_routes(topic_name: str) -> None:
