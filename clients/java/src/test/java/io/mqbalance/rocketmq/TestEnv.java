@@ -3,6 +3,7 @@ package io.mqbalance.rocketmq;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -252,17 +253,35 @@ final class TestEnv {
         await(what, timeout, condition, () -> "");
     }
 
-    /** Poll until {@code condition}; on timeout the message names {@code what} and shows {@code state}. */
+    /**
+     * Poll until {@code condition}, for {@code timeout} stretched by {@link #scaled}; on timeout the
+     * message names {@code what} and shows {@code state}.
+     */
     static void await(String what, Duration timeout, BooleanSupplier condition, Supplier<String> state)
         throws InterruptedException {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        Duration allowed = scaled(timeout);
+        long deadline = System.nanoTime() + allowed.toNanos();
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
-                throw new AssertionError("timed out after " + timeout.getSeconds() + " s waiting for " + what
+                throw new AssertionError("timed out after " + allowed.toSeconds() + " s waiting for " + what
                     + "; " + state.get()
                     + (instance == null ? "" : "; logs: " + instance.logs + " and " + instance.rocketmqLogs));
             }
             Thread.sleep(50);
         }
+    }
+
+    /**
+     * {@code timeout} stretched as the Python harness stretches its deadlines (harness/polling.py):
+     * by {@code MQBALANCE_TIMEOUT_SCALE} (default 1) and, when the 1-minute load average exceeds the
+     * CPUs, by load / CPUs (at most 10): on a loaded machine each runnable task gets that share of a CPU.
+     */
+    static Duration scaled(Duration timeout) {
+        String text = System.getenv().getOrDefault("MQBALANCE_TIMEOUT_SCALE", "").strip();
+        double scale = text.isEmpty() ? 1.0 : Double.parseDouble(text);
+        double load = ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage();
+        int cpus = Runtime.getRuntime().availableProcessors();
+        double factor = load < 0 ? 1.0 : Math.min(10.0, Math.max(1.0, load / cpus));
+        return Duration.ofMillis((long) (timeout.toMillis() * scale * factor));
     }
 }
