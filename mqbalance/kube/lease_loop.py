@@ -13,7 +13,6 @@ every few milliseconds (``sys.getswitchinterval()``), and for nothing else.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
@@ -50,27 +49,25 @@ class LeaseLoop:
         self.client = await self.run(KubeClient.connect(kubeconfig, requests=requests))
         return self.client
 
-    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-
     async def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on this loop and wait for it; cancelling the wait cancels it there."""
-        return await asyncio.wrap_future(self.submit(coroutine))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
 
     async def stop(self) -> None:
-        """Close the client and end the thread (after the coroutines still running are cancelled)."""
+        """Cancel what still runs there, close the client, and end the thread."""
         if not self._thread.is_alive():
             self._loop.close()
             return
-        if self.client is not None:
-            await self.run(self.client.close())
-            self.client = None
-        self._loop.call_soon_threadsafe(self._cancel_all)
+        await self.run(self._close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
         await asyncio.to_thread(self._thread.join)
 
-    def _cancel_all(self) -> None:
-        tasks = asyncio.all_tasks(self._loop)
+    async def _close(self) -> None:
+        """On this loop: every other task cancelled and finished before the client they use closes."""
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
         for task in tasks:
             task.cancel()
-        gathered = asyncio.gather(*tasks, return_exceptions=True)
-        gathered.add_done_callback(lambda _: self._loop.stop())
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
