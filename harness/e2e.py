@@ -242,6 +242,13 @@ class Variant:
         self.group = f"e2e-{tag}-{self.name}" if tag else f"e2e-{self.name}"
         self.killed: set[str] = set()
         """Consumer names (pod names) that were SIGKILLed."""
+        self.left: dict[str, float] = {}
+        """Consumer names that left the group cleanly while the script ran (not at the end), and
+        when (unix time) their leaving began."""
+
+    def member(self, i: int) -> str:
+        """Member ``i``'s consumer name (its pod's name), as the journal and the records name it."""
+        raise NotImplementedError
 
     def setup(self) -> None:
         """Before the first member starts."""
@@ -268,14 +275,17 @@ class RocketMQVariant(Variant):
         super().__init__(world, tag)
         self.members: dict[int, JavaProgram] = {}
 
+    def member(self, i: int) -> str:
+        return f"c{i}"
+
     def join(self, i: int) -> None:
-        program = self.world.consumer(self.group, f"c{i}", "rocketmq", listener=self.listener)
+        program = self.world.consumer(self.group, self.member(i), "rocketmq", listener=self.listener)
         program.start()
         self.members[i] = program
 
     def kill(self, i: int) -> None:
         self.members.pop(i).kill()
-        self.killed.add(f"c{i}")
+        self.killed.add(self.member(i))
 
     def leave(self, i: int) -> None:
         self.members.pop(i).terminate()
@@ -322,8 +332,11 @@ class MqbalanceVariant(Variant):
         }
         self.world.cluster.kubectl("apply", "-f", "-", input=_json(doc))
 
+    def member(self, i: int) -> str:
+        return f"{self.group}-{i}"
+
     def join(self, i: int) -> None:
-        name = f"{self.group}-{i}"
+        name = self.member(i)
         kubelet.create_pod(self.world.api, NAMESPACE, name, {"app": self.group}, NODE)
         sidecar = SidecarProcess(
             self.world.cluster.kubeconfig,
@@ -512,10 +525,14 @@ def run(
             if delay > 0:
                 time.sleep(delay)
             begun = time.monotonic() - started
+            begun_epoch = time.time()
             # Every variant at once: a kubelet's delay in one must not shift the other's timeline.
             with ThreadPoolExecutor(len(active)) as pool:
                 for future in [pool.submit(getattr(v, step.action), step.member) for v in active]:
                     future.result()
+            if step.action == "leave":
+                for v in active:
+                    v.left[v.member(step.member)] = begun_epoch
             event = f"{begun:5.1f}-{time.monotonic() - started:5.1f} s: {step.action} member {step.member}"
             events.append(event)
             log(event)
@@ -558,7 +575,7 @@ def run(
             moved = with_first_consumption(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
-            score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch))
+            score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch), v.left)
         scores.append(score)
     return scores
 

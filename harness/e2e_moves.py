@@ -20,8 +20,9 @@ producer sent (members starting before it, leaving after it).
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mqbalance.journal import JournalRecord
@@ -120,13 +121,23 @@ class MoveFigures:
     unconsumed_max_s: float
     waited_median_s: float
     """Median of revoked-to-assigned (0 in one step)."""
+    staying: int = 0
+    """Of ``moves``, those whose old owner stayed in the group (moved by a join or a rebalance, not
+    by its owner leaving): with a handover each of them waits for its owner's release."""
+    staying_waited_min_s: float = float("nan")
+    """The shortest revoked-to-assigned of those (nan if none). A leaving owner may release its
+    queues before the operator has revoked them, and then they move in one step."""
 
 
 def figures(
-    moves: Sequence[Move], killed: Collection[str] = (), window: tuple[float, float] | None = None
+    moves: Sequence[Move],
+    killed: Collection[str] = (),
+    window: tuple[float, float] | None = None,
+    left: Mapping[str, float] | None = None,
 ) -> MoveFigures:
     """Figures of the moves whose old owner was not killed, taken within ``window`` (unix times:
-    while the producer sent), and whose new owner consumed the queue."""
+    while the producer sent), and whose new owner consumed the queue; ``left``: the members that
+    left the group meanwhile, and when their leaving began (unix time)."""
     kept = [
         m
         for m in moves
@@ -139,9 +150,13 @@ def figures(
     if not unconsumed:
         nan = float("nan")
         return MoveFigures(0, nan, nan, nan)
+    gone = left or {}
+    staying = [m.waited_s for m in kept if m.taken_at < gone.get(m.old, math.inf)]
     return MoveFigures(
         moves=len(kept),
         unconsumed_median_s=statistics.median(unconsumed),
         unconsumed_max_s=max(unconsumed),
         waited_median_s=statistics.median(m.waited_s for m in kept),
+        staying=len(staying),
+        staying_waited_min_s=min(staying, default=float("nan")),
     )

@@ -73,6 +73,29 @@ def test_one_step_and_two_step_moves_and_when_the_new_owner_first_consumed() -> 
     assert f.unconsumed_median_s == pytest.approx((0.8 + 2.25) / 2)
 
 
+def test_moves_away_from_members_that_stayed_are_told_apart_from_a_leaving_members() -> None:
+    journal = [
+        line(1, 100.0, {"a": [Q0], "b": [Q1]}),
+        line(2, 110.0, {"b": [Q0, Q1]}),  # a left, its queue moved in one step
+        line(3, 120.0, {"b": [Q0], "c": []}, [Release("b", 3, 120.0, (Q1,))]),  # c joined
+        line(4, 121.0, {"b": [Q0], "c": [Q1]}),
+    ]
+    consumed = [
+        (105_000, "b", 0, "a"),
+        (105_000, "b", 1, "b"),
+        (111_000, "b", 0, "b"),
+        (122_000, "b", 1, "c"),
+    ]
+    moves = with_first_consumption(journal_moves(journal, "g", "t"), consumed)
+    f = figures(moves, left={"a": 109.0})
+    assert (f.moves, f.waited_median_s) == (2, 0.5)
+    assert (f.staying, f.staying_waited_min_s) == (1, 1.0)
+    # Not told who left, or told a's leaving began after the move, the one-step move counts as a
+    # move away from a member that stayed.
+    for f in (figures(moves), figures(moves, left={"a": 111.0})):
+        assert (f.staying, f.staying_waited_min_s) == (2, 0.0)
+
+
 def test_killed_owners_queues_given_back_and_moves_outside_the_window_do_not_count() -> None:
     journal = [
         line(1, 100.0, {"a": [Q0], "b": [Q1]}),
