@@ -243,14 +243,16 @@ def sidecar_view(node: RealNode, pod: str, namespace: str = NAMESPACE) -> dict[s
 
 
 def operator_pod(node: RealNode) -> str:
-    """The operator pod that holds the Lease (the one acting), else a running one."""
+    """The operator pod that holds the Lease (the one acting), else a running one; never one that
+    is terminating (after a rollout it may still run for seconds, and it gives the Lease up)."""
     status, lease = node.request(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/{OPERATOR}"
     )
     holder = (lease.get("spec") or {}).get("holderIdentity") if status == 200 else None
-    items = pods(
+    listed = pods(
         node, f"app.kubernetes.io/component=operator,app.kubernetes.io/instance={RELEASE}", RELEASE_NAMESPACE
     )
+    items = [p for p in listed if not p["metadata"].get("deletionTimestamp")]
     names = [p["metadata"]["name"] for p in items]
     if holder in names:
         return str(holder)

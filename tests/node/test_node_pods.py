@@ -58,7 +58,12 @@ def test_operator_deployment_is_ready_and_holds_the_lease(node: RealNode, releas
         identity: str | None = lease["spec"].get("holderIdentity")
         return identity if identity == pod else None
 
-    wait_for(f"the Lease held by {pod}", holder, 60, 0.5)
+    def seen() -> str:
+        lease = kubectl_json(node, "get", "lease", "-n", RELEASE_NAMESPACE, OPERATOR)
+        listed = node.kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide").stdout
+        return f"the Lease: {lease['spec']}\n{listed}"
+
+    wait_for(f"the Lease held by {pod}", holder, 60, 0.5, details=seen)
     # The image's user, and the chart's read-only root filesystem, for real.
     uid = node.kubectl("exec", "-n", RELEASE_NAMESPACE, pod, "--", "id", "-u").stdout.strip()
     assert uid == "10001"
