@@ -166,7 +166,7 @@ async def release(request: web.Request) -> web.Response:
     body = await json_body(request, _RELEASE_FIELDS)
     state = request.app[STATE]
     name = body.get("group") or None
-    group = state.groups.get(name) if name else group_of(request)
+    group = state.group_named(name) if name else group_of(request)
     if group is None:
         raise ApiError(404, f"group {name!r} is not served here; served: {', '.join(state.groups)}")
     generation = body.get("generation")

@@ -38,7 +38,7 @@ def group_of(request: web.Request) -> GroupState:
                 400, f"several groups are served ({', '.join(state.groups)}); name one with ?group=NAME"
             )
         name = state.default_group
-    group = state.groups.get(name)
+    group = state.group_named(name)
     if group is None:
         raise ApiError(404, f"group {name!r} is not served here; served: {', '.join(state.groups)}")
     return group

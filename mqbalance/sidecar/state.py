@@ -241,6 +241,16 @@ class SidecarState:
 
     # -- assignments -------------------------------------------------------------
 
+    def group_named(self, name: str) -> GroupState | None:
+        """The group served under ConsumerGroup resource ``name``, else the one whose published
+        document names RocketMQ group ``name`` (``spec.groupName``, which RocketMQ's clients know
+        and Kubernetes names cannot always spell: ``GID_ORDERS``); None when neither or several."""
+        group = self.groups.get(name)
+        if group is not None:
+            return group
+        named = [g for g in self.groups.values() if g.served is not None and g.served.document.group == name]
+        return named[0] if len(named) == 1 else None
+
     def publish(self, group: str, doc: AssignmentDocument) -> bool:
         return self.groups[group].publish(doc)
 

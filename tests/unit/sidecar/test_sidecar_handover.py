@@ -95,6 +95,22 @@ async def test_a_release_is_recorded_for_the_operator(aiohttp_client: AiohttpCli
         assert (await client.post("/v1/release", json=bad)).status == 400, bad
 
 
+async def test_a_release_may_name_the_rocketmq_group_the_view_gave(aiohttp_client: AiohttpClient) -> None:
+    # The view's "group" is spec.groupName (RocketMQ's name, e.g. GID_ORDERS); "groupResource" the
+    # resource's. A client that sends back the first is acknowledged for the same group.
+    recorder = Recorder()
+    client = await client_with(aiohttp_client, recorder)
+    state_of(client).publish("orders", replace(revoking(4), group="GID_ORDERS"))
+    view = await (await client.get("/v1/queues?group=GID_ORDERS")).json()
+    assert (view["group"], view["groupResource"]) == ("GID_ORDERS", "orders")
+    resp = await client.post("/v1/release", json={"group": "GID_ORDERS", "generation": 4})
+    assert resp.status == 200, await resp.text()
+    assert recorder.acks == [("orders", Ack(4))]
+    resp = await client.post("/v1/release", json={"group": "GID_OTHER", "generation": 4})
+    assert resp.status == 404
+    assert "not served here" in (await resp.json())["error"]
+
+
 async def test_a_release_before_any_revocation_needs_no_releases_configmap(
     aiohttp_client: AiohttpClient,
 ) -> None:
