@@ -164,6 +164,11 @@ def _split(values: Sequence[str]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
+def env_groups(env: Mapping[str, str]) -> list[str]:
+    """The groups ``MQBALANCE_GROUP`` names (comma-separated), as the sidecar reads them."""
+    return _split([env.get("MQBALANCE_GROUP", "")])
+
+
 def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SidecarConfig:
     """Settings from ``argv`` (options win) and ``env``; raises :class:`ConfigError`."""
     args = _parser(env).parse_args(list(argv))
@@ -173,7 +178,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SidecarConfig:
         raise ConfigError(
             "the namespace is unknown: set POD_NAMESPACE from the downward API or pass --namespace"
         )
-    groups = _split(args.group if args.group is not None else [env.get("MQBALANCE_GROUP", "")])
+    groups = _split(args.group) if args.group is not None else env_groups(env)
     if not groups:
         raise ConfigError(
             "no consumer group: set MQBALANCE_GROUP or pass --group NAME (a ConsumerGroup resource)"

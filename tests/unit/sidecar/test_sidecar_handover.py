@@ -11,6 +11,7 @@ from pytest_aiohttp import AiohttpClient
 from mqbalance.contract import Ack, AssignmentDocument, Release
 from mqbalance.kube import ApiError
 from mqbalance.model import MessageQueue
+from mqbalance.sidecar import drain
 from mqbalance.sidecar.app import create_app
 from tests.unit.sidecar.sidecar_support import (
     OTHER,
@@ -154,3 +155,27 @@ async def test_drain_waits_until_this_pod_holds_and_releases_nothing(aiohttp_cli
     answer = await (await waiting).json()
     assert answer == {"group": "orders", "drained": True, "generation": 5}
     assert (await client.get("/v1/drain?timeout=x")).status == 400
+
+
+async def test_the_drain_hook_drains_every_group_the_sidecar_serves(
+    aiohttp_client: AiohttpClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The preStop hook runs in the sidecar's container: MQBALANCE_GROUP names what it serves.
+    config = make_config(groups=("orders", "audit"))
+    app = create_app(config, source=None, state=make_state(config, FakeClock()), recorder=Recorder())  # type: ignore[arg-type]
+    client = await aiohttp_client(app)
+    state = state_of(client)
+    handed_over = document(5, {"orders": {OTHER: [("broker-a", 0)]}})
+    state.publish("orders", replace(handed_over, handover="Release"))
+    state.publish("audit", revoking(4))  # still to release broker-a:1
+    argv = ["--port", str(client.server.port), "--timeout", "0.5"]
+    assert await asyncio.to_thread(drain.main, argv, {"MQBALANCE_GROUP": "orders, audit"}) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "mqbalance drain: group orders: drained (generation 5)",
+        "mqbalance drain: group audit: not drained after 0.5 s (generation 4)",
+    ]
+    # Without the environment (or with one group) the sidecar's only group is asked for.
+    assert await asyncio.to_thread(drain.main, [*argv, "--group", "orders"], {}) == 0
+    assert "group orders: drained" in capsys.readouterr().out
+    assert await asyncio.to_thread(drain.main, argv, {}) == 0
+    assert "several groups are served" in capsys.readouterr().err
