@@ -1,16 +1,18 @@
 """A small client of the sidecar's API for Python consumers and producers.
 
 Standard library only (``urllib``), so an application needs nothing beyond
-mqbalance itself (``pip install mqbalance``, without extras: no kopf, kubernetes or
-aiohttp), and can copy this file if it does not want even that::
+mqbalance itself (the release's wheel without extras: no kopf, kubernetes or aiohttp),
+and can copy this file if it does not want even that::
 
     client = SidecarClient()                      # $MQBALANCE_URL, else http://127.0.0.1:8081
     view = client.queues()
     client.release(view["generation"])            # at start this pod holds nothing
     while True:
-        consume(view["queues"])                   # stop what is not in it, commit, then:
-        client.release(view["generation"])        # the handover may assign the rest now
-        view = client.wait_for_change(view["generation"], timeout=60)
+        consume(view["queues"])                   # stop what is not in it, commit
+        released = view["generation"]
+        client.release(released)                  # the handover may assign the rest now
+        while view["generation"] == released:     # one acknowledgement a generation
+            view = client.wait_for_change(released, timeout=client.grant_poll_timeout(60))
 
 On shutdown, after committing: ``client.release(view["generation"], all=True)``.
 
