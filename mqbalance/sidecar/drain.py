@@ -34,8 +34,11 @@ def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait at most (default 30)")
     args = parser.parse_args(list(argv))
-    named = env_groups(env)
-    groups: list[str | None] = [args.group] if args.group else list(named) if len(named) > 1 else [None]
+    groups: list[str | None] = list(env_groups(env))
+    if args.group:
+        groups = [args.group]
+    elif len(groups) < 2:
+        groups = [None]  # the sidecar's only group: no ?group= needed
     deadline = time.monotonic() + args.timeout
     for group in groups:
         client = SidecarClient(f"http://127.0.0.1:{args.port}", group=group)

@@ -19,6 +19,7 @@ from mqbalance.sidecar.params import (
     group_of,
     group_served,
     json_body,
+    named_group,
     route_of,
     served_of,
 )
@@ -166,9 +167,7 @@ async def release(request: web.Request) -> web.Response:
     body = await json_body(request, _RELEASE_FIELDS)
     state = request.app[STATE]
     name = body.get("group") or None
-    group = state.group_named(name) if name else group_of(request)
-    if group is None:
-        raise ApiError(404, f"group {name!r} is not served here; served: {', '.join(state.groups)}")
+    group = named_group(state, name) if name else group_of(request)
     generation = body.get("generation")
     if generation is None or generation < 0:
         raise ApiError(400, "field 'generation' is required: the generation whose share you now hold exactly")

@@ -14,7 +14,7 @@ from aiohttp import web
 from mqbalance.sidecar.answers import RouteEntry, Served
 from mqbalance.sidecar.errors import ApiError
 from mqbalance.sidecar.keys import CONFIG, STATE
-from mqbalance.sidecar.state import GroupState
+from mqbalance.sidecar.state import GroupState, SidecarState
 
 DEFAULT_WAIT = 30.0
 """Long-poll timeout when ``after`` is given without ``timeout``."""
@@ -38,6 +38,11 @@ def group_of(request: web.Request) -> GroupState:
                 400, f"several groups are served ({', '.join(state.groups)}); name one with ?group=NAME"
             )
         name = state.default_group
+    return named_group(state, name)
+
+
+def named_group(state: SidecarState, name: str) -> GroupState:
+    """The group ``name`` names (its resource name or its RocketMQ name), else a 404."""
     group = state.group_named(name)
     if group is None:
         raise ApiError(404, f"group {name!r} is not served here; served: {', '.join(state.groups)}")
