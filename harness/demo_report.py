@@ -106,8 +106,10 @@ def moves_table(found: Sequence[Move]) -> str:
 def summary(before: AssignmentDocument, after: AssignmentDocument) -> str:
     """One line: how many queues moved against the fewest any balanced assignment allows."""
     fig = figures(before, after)
+    # The minimum counts moves only; zone affinity may move more to keep queues in their broker's zone.
+    zones_aside = " (zones aside)" if len(set(after.members.values())) > 1 else ""
     return (
         f"  {fig.moved} queue(s) moved ({fig.forced} forced by departed members); the minimum any balanced "
-        f"assignment allows is {fig.minimum_moves}. Loads {fig.min_load}..{fig.max_load}, "
+        f"assignment allows is {fig.minimum_moves}{zones_aside}. Loads {fig.min_load}..{fig.max_load}, "
         f"{fig.cross_zone} queue(s) held across zones."
     )

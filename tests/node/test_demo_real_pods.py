@@ -52,15 +52,14 @@ def test_demo_moves_add_up(demo_output: str) -> None:
     titles = [line for line in demo_output.splitlines() if line.startswith("Moves from generation")]
     assert len(titles) == 2
     for title in titles:
-        first, last = (int(g) for g in re.findall(r"\d+", title))
         table = section(demo_output, title)
         moved = int(re.search(r"(\d+) queue\(s\) moved", table[-1])[1])  # type: ignore[index]
         minimum = int(re.search(r"allows is (\d+)", table[-1])[1])  # type: ignore[index]
         assert len(table) - 2 == moved
-        if last == first + 1:
-            assert moved == minimum  # STICKY moves exactly the minimum in one generation
-        else:
-            assert moved >= minimum
+        # The minimum is that of any balanced assignment, zones aside: with the pods spread over
+        # three zones the example group's zoneAffinity may move more to keep queues in their
+        # broker's zone (tests/integration/test_demo.py says the same of the stand-in).
+        assert minimum <= moved <= 12
 
 
 def test_demo_prints_the_group_and_tears_the_node_down(demo_output: str) -> None:

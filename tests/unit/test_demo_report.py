@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness import demo_report
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
@@ -77,3 +79,9 @@ def test_summary_compares_moves_with_the_minimum() -> None:
     line = demo_report.summary(BEFORE, AFTER)
     assert "2 queue(s) moved (1 forced by departed members)" in line
     assert "Loads 2..2, 2 queue(s) held across zones." in line
+    assert "allows is 1." in line  # every member in zone-a: the minimum needs no qualifier
+
+
+def test_summary_says_the_minimum_leaves_zones_aside_when_members_span_zones() -> None:
+    spread = replace(AFTER, members={**AFTER.members, "p2": "zone-b"})
+    assert "allows is 1 (zones aside)." in demo_report.summary(BEFORE, spread)
