@@ -311,8 +311,10 @@ class Consumer:
                 else:
                     self.open[key] = {"queue": key, "start": now, "end": now + TICK, "generation": generation}
             ack = generation if valid and generation > self.acked else None
-        for key in set(self.offsets) - in_view - set(self.pending):
-            del self.offsets[key]  # committed after its last batch (kept while only its lock is missing)
+        for key in set(self.offsets) - in_view:
+            # Read again when it comes back (another may have gone on meanwhile); kept while only its
+            # lock is missing. A commit still pending keeps its own offset.
+            del self.offsets[key]
         for key in sorted(wanted) if self.brokers else ():
             if ORDERLY and time.monotonic() >= self.locked_until.get(key, 0.0):
                 continue  # the lock ran out meanwhile: renewed at the next tick
@@ -363,8 +365,8 @@ class Consumer:
             return
         broker_name, _, queue = key.partition("/")[2].rpartition(":")
         broker, queue_id = self.brokers[broker_name], int(queue)
-        if key not in self.offsets:
-            self.offsets[key] = broker.committed(queue_id)
+        if key not in self.offsets:  # this run's own commit may still be pending: never behind it
+            self.offsets[key] = max(broker.committed(queue_id), self.pending.get(key, 0))
         messages, following = broker.messages(queue_id, self.offsets[key])
         self.pulled += len(messages)
         done = []

@@ -392,6 +392,47 @@ def message_score(
     return MessageScore(len(all_sent), in_window, lost, duplicates, violations, max(waits, default=None))
 
 
+@dataclass(frozen=True)
+class CutRun:
+    """An app run (``pod``, ``boot``) a fault killed or cut off mid-batch: the last batch of each
+    queue it reported by ``until`` (None: the run ended) may be processed again by another."""
+
+    pod: str
+    boot: float
+    until: float | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Messages ``member`` (run ``boot``) processed of ``queue`` and reported together, as they
+    came to the collector at ``came``."""
+
+    member: str
+    boot: float
+    queue: str
+    came: float
+    offsets: frozenset[int]
+
+
+def in_flight(
+    batches: Iterable[Batch], runs: Iterable[CutRun]
+) -> dict[tuple[str, float], set[tuple[str, int]]]:
+    """(member, boot) of each cut run -> the (queue, offset)s of its last batch of every queue
+    that came by its ``until``: processed and reported, the commit after it may not have happened.
+    A run cut off goes on after the heal, so its later batches (of the same queue, too) do not
+    count."""
+    last: dict[tuple[str, float, str], Batch] = {}
+    cut = {(r.pod, r.boot): r.until for r in runs}
+    for batch in batches:
+        key = (batch.member, batch.boot)
+        if key in cut and ((until := cut[key]) is None or batch.came <= until):
+            last[(batch.member, batch.boot, batch.queue)] = batch
+    result: dict[tuple[str, float], set[tuple[str, int]]] = {}
+    for batch in last.values():
+        result.setdefault((batch.member, batch.boot), set()).update((batch.queue, o) for o in batch.offsets)
+    return result
+
+
 def only_in_flight(
     duplicates: Iterable[Duplicate], in_flight: Mapping[tuple[str, float], set[tuple[str, int]]]
 ) -> list[Duplicate]:

@@ -155,8 +155,8 @@ class Collector(ThreadingHTTPServer):
     def __init__(self) -> None:
         self.processed: dict[str, list[nemesis.Processed]] = {}
         """group -> every message processed, in the order the reports came."""
-        self.last_batch: dict[tuple[str, str, float, str], set[tuple[str, int]]] = {}
-        """(group, pod, boot, queue) -> the (queue, offset) of that run's last batch of that queue."""
+        self.batches: dict[str, list[nemesis.Batch]] = {}
+        """group -> every batch reported, per queue, in the order they came."""
         self.lock = threading.Lock()
         super().__init__((COLLECTOR_IP, 0), _Report)
 
@@ -174,26 +174,21 @@ class Collector(ThreadingHTTPServer):
         ]
         with self.lock:
             self.processed.setdefault(group, []).extend(items)
-            for queue in {i.queue for i in items}:
-                self.last_batch[(group, pod, boot, queue)] = {
-                    (i.queue, i.offset) for i in items if i.queue == queue
-                }
+            came = time.time()
+            for queue in sorted({i.queue for i in items}):
+                offsets = frozenset(i.offset for i in items if i.queue == queue)
+                self.batches.setdefault(group, []).append(nemesis.Batch(pod, boot, queue, came, offsets))
 
     def of(self, group: str) -> list[nemesis.Processed]:
         with self.lock:
             return list(self.processed.get(group, []))
 
     def in_flight(
-        self, group: str, runs: Sequence[tuple[str, float]]
+        self, group: str, runs: Sequence[nemesis.CutRun]
     ) -> dict[tuple[str, float], set[tuple[str, int]]]:
-        """For each run (pod, boot) of ``group``: its last batch of every queue (processed and
-        reported; the commit that follows may not have happened)."""
+        """:func:`harness.nemesis.in_flight` of the batches ``group`` reported."""
         with self.lock:
-            result: dict[tuple[str, float], set[tuple[str, int]]] = {}
-            for (g, pod, boot, _queue), offsets in self.last_batch.items():
-                if g == group and (pod, boot) in runs:
-                    result.setdefault((pod, boot), set()).update(offsets)
-            return result
+            return nemesis.in_flight(self.batches.get(group, []), runs)
 
 
 class _Report(BaseHTTPRequestHandler):

@@ -274,8 +274,8 @@ class Round:
     fault_at: float = 0.0
     started: float = 0.0
     ended: float = 0.0
-    killed: list[tuple[str, float]] = field(default_factory=list)
-    """(pod, boot) of the app runs the fault killed: their in-flight messages may come again."""
+    killed: list[nemesis.CutRun] = field(default_factory=list)
+    """The app runs the fault killed or cut off: their in-flight messages may come again."""
 
 
 Act = Callable[[Round, dict[str, AssignmentDocument]], float]
@@ -510,12 +510,14 @@ class Nemesis:
 
     def partition(self, one: Round, docs: dict[str, AssignmentDocument], broker: bool = False) -> float:
         node = self.victim_node(one)
-        if broker:  # cut off mid-batch, a run may have processed messages it can no longer commit
-            one.killed += [(v, b) for v in one.victims.values() if (b := self.scraper.boot(v)) is not None]
+        boots = {v: b for v in one.victims.values() if (b := self.scraper.boot(v)) is not None}
         self.faults.partition(node, api=True, hosts=[nemesis_mq.BROKER_IP] if broker else [])
         self.handed_on(docs, one, NODE_GRACE + LEASE + MARGIN + 60)
         self.faults.heal()
         healed = time.time()
+        if broker:  # cut off mid-batch, a run may have processed messages it could not commit; it
+            # goes on after the heal (and may get the same queue back), so only batches until then count
+            one.killed += [nemesis.CutRun(v, b, healed) for v, b in boots.items()]
         wait_for(f"{node} Ready again", lambda: self.cluster.node_ready(node) or None, 60, 0.5)
         return healed
 
@@ -573,7 +575,7 @@ class Nemesis:
         for victim in one.victims.values():
             boot = self.scraper.boot(victim)
             if boot is not None:
-                one.killed.append((victim, boot))
+                one.killed.append(nemesis.CutRun(victim, boot))
             killed[victim] = self.faults.container_pids(NAMESPACE, victim, "app")
             for pid in killed[victim]:
                 os.kill(pid, signal.SIGKILL)

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from harness.nemesis import (
+    Batch,
+    CutRun,
     FaultScore,
     Gap,
     Interval,
@@ -16,6 +18,7 @@ from harness.nemesis import (
     Snapshots,
     gap_bound,
     gaps,
+    in_flight,
     intervals,
     message_score,
     only_in_flight,
@@ -237,6 +240,28 @@ def test_only_a_killed_runs_in_flight_messages_may_come_again() -> None:
     (unexplained,) = only_in_flight(score.duplicates, in_flight)
     assert unexplained.first.offset == 1
     assert only_in_flight(score.duplicates, {("p0", 1.0): {(Q0, 1), (Q0, 2)}}) == []
+
+
+def test_a_cut_off_run_in_flight_is_its_last_batch_before_the_heal() -> None:
+    batches = [
+        Batch("p0", 1.0, Q0, 2.0, frozenset({0, 1})),
+        Batch("p0", 1.0, Q1, 2.1, frozenset({0})),
+        Batch("p0", 1.0, Q0, 3.0, frozenset({2, 3})),  # processed as the cut came, not committed
+        Batch("p0", 1.0, Q0, 9.0, frozenset({7})),  # after the heal: Q0 given back to the same run
+        Batch("p1", 4.0, Q0, 5.0, frozenset({2, 3, 4})),
+    ]
+    assert in_flight(batches, [CutRun("p0", 1.0, until=8.0)]) == {("p0", 1.0): {(Q0, 2), (Q0, 3), (Q1, 0)}}
+    # A run that ended: its last batch of each queue, whenever it came; runs not cut count nothing.
+    assert in_flight(batches, [CutRun("p0", 1.0)]) == {("p0", 1.0): {(Q0, 7), (Q1, 0)}}
+    assert in_flight(batches, [CutRun("p2", 1.0)]) == {}
+    # The defect the bound exists for: p1 redid what p0 had in flight; counting p0's batch after the
+    # heal as its last would leave that duplicate unexplained.
+    done = _done("p0", 1.0, (Q0, 2, "k0", 2, 2.9), (Q0, 3, "k0", 3, 2.95))
+    done += _done("p1", 4.0, (Q0, 2, "k0", 2, 5.0), (Q0, 3, "k0", 3, 5.1))
+    duplicates = message_score([], done).duplicates
+    assert len(duplicates) == 2
+    assert only_in_flight(duplicates, in_flight(batches, [CutRun("p0", 1.0, until=8.0)])) == []
+    assert len(only_in_flight(duplicates, in_flight(batches, [CutRun("p0", 1.0)]))) == 2
 
 
 def test_the_table_shows_the_message_columns() -> None:
