@@ -114,7 +114,10 @@ public class SidecarClient {
     public enum Release {
         /** The sidecar recorded the release. */
         ACKNOWLEDGED,
-        /** The sidecar has no {@code /v1/release} (404): handover is not supported; carry on. */
+        /**
+         * The sidecar has no {@code /v1/release} (404 for the endpoint): handover is not supported;
+         * carry on. A 404 because the sidecar serves no such group is an error instead.
+         */
         NOT_SUPPORTED
     }
 
@@ -138,7 +141,9 @@ public class SidecarClient {
             post("/v1/release", body);
             return Release.ACKNOWLEDGED;
         } catch (SidecarException e) {
-            if (e.status() == 404) {
+            // A sidecar without the endpoint answers "no endpoint POST /v1/release" (or, older
+            // than its JSON errors, plain text); one that serves no such group names the group.
+            if (e.status() == 404 && (e.error() == null || e.error().startsWith("no endpoint"))) {
                 return Release.NOT_SUPPORTED;
             }
             throw e;
@@ -180,7 +185,8 @@ public class SidecarClient {
         if (response.statusCode() != 200) {
             Object error = doc.get("error");
             throw new SidecarException(response.statusCode(),
-                what + ": HTTP " + response.statusCode() + ": " + (error != null ? error : doc), null);
+                what + ": HTTP " + response.statusCode() + ": " + (error != null ? error : doc),
+                error != null ? error.toString() : null, null);
         }
         return doc;
     }
