@@ -27,6 +27,10 @@ faults by key (comma-separated: partition, partition-broker, sigstop, kubelet, f
 api-restart, operator-partition, broker-restart, sigkill). ``MQBALANCE_NEMESIS_APP_IGNORES_GRANT=1``
 runs apps that ignore the grant (harness/consumer_app.py): the test must then fail with two owners
 and duplicates.
+
+At the end the operator's journal is replayed (``harness.nemesis_replay``): the queues each candidate
+strategy would have moved in each round. ``MQBALANCE_NEMESIS_JOURNAL=PATH`` keeps the operator's log
+there, for ``mqbalance replay --journal PATH``.
 """
 
 from __future__ import annotations
@@ -42,12 +46,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from harness import nemesis, nemesis_mq, node_host
+from harness import nemesis, nemesis_mq, nemesis_replay, node_host
 from harness.netfault import FaultError, Faults
 from harness.node import NODE_IP, Images, RealNode, containerd_roots, unavailable
 from harness.node_workload import (
@@ -62,6 +67,7 @@ from harness.node_workload import (
     journal,
     operator_pod,
     pods,
+    save_journal,
 )
 from harness.polling import scaled, wait_for
 from harness.rocketmq import topic_resource
@@ -81,6 +87,8 @@ ROUNDS = int(os.environ.get("MQBALANCE_NEMESIS_ROUNDS", "1"))
 FAULTS = os.environ.get("MQBALANCE_NEMESIS_FAULTS", "")
 IGNORE_GRANT = os.environ.get("MQBALANCE_NEMESIS_APP_IGNORES_GRANT") == "1"
 VERSION = os.environ.get("MQBALANCE_NEMESIS_ROCKETMQ", "5.3.3")
+KEEP_JOURNAL = os.environ.get("MQBALANCE_NEMESIS_JOURNAL", "")
+"""Where to keep the operator's log (its journal) for `mqbalance replay --journal`; empty: not kept."""
 TOPIC = "orders"
 QUEUE_COUNT = 12
 QUEUES = [f"{TOPIC}/{nemesis_mq.BROKER}:{i}" for i in range(QUEUE_COUNT)]
@@ -752,6 +760,13 @@ def run_suite(
             )
     assert run.scraper.reads > 0
     assert producer.records(), "the producer sent nothing"
+    # Which strategy would have moved the fewest queues in each round (docs/pipeline.md).
+    replayed = nemesis_replay.round_moves(journal(cluster), [(r.fault, r.started) for r in run.rounds])
+    print("queues each strategy would have moved, the operator's journal replayed:", flush=True)
+    print(nemesis_replay.moves_table(replayed), flush=True)
+    if KEEP_JOURNAL:
+        save_journal(cluster, Path(KEEP_JOURNAL))
+    assert sum(r.events for r in replayed[1:]) > 0, "no generation in the journal during the rounds"
     return run.scores
 
 

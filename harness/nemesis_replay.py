@@ -1,0 +1,61 @@
+"""What every candidate strategy would have moved in each round of a nemesis run: the operator's
+journal replayed as ``mqbalance replay`` does (``mqbalance.pipeline.replay``), its figures summed
+per round. A round runs from its start to the next round's start (its heal and settling included);
+what came before the first round is the set-up.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from harness.demo_report import table
+from mqbalance.journal import JournalRecord
+from mqbalance.pipeline.events import Event, event_from_record
+from mqbalance.pipeline.replay import replay_group
+from mqbalance.pipeline.report import strategy_order
+
+SET_UP = "set-up"
+
+
+@dataclass
+class RoundMoves:
+    fault: str
+    events: int = 0
+    """Journal records (generations published) in the round, every group's."""
+    moved: Counter[str] = field(default_factory=Counter)
+    """Strategy label -> queues it would have moved."""
+
+    def fewest(self) -> list[str]:
+        if not self.moved:
+            return []
+        least = min(self.moved.values())
+        return sorted((s for s, n in self.moved.items() if n == least), key=strategy_order)
+
+
+def round_moves(records: Iterable[JournalRecord], rounds: Sequence[tuple[str, float]]) -> list[RoundMoves]:
+    """``rounds``: (fault, start) in order. Each group's journal is replayed whole, so every
+    strategy starts a round from its own previous assignment, as it would have run."""
+    starts = [start for _, start in rounds]
+    out = [RoundMoves(SET_UP)] + [RoundMoves(fault) for fault, _ in rounds]
+    by_group: dict[tuple[str, str], list[Event]] = {}
+    for record in records:
+        by_group.setdefault((record.namespace, record.group), []).append(event_from_record(record))
+    for events in by_group.values():
+        for row in replay_group(events):
+            one = out[bisect.bisect_right(starts, row.time)]
+            one.moved[row.strategy] += row.moved
+            if row.current:  # one row per event is the strategy the group ran
+                one.events += 1
+    return out
+
+
+def moves_table(found: Sequence[RoundMoves]) -> str:
+    labels = sorted({s for one in found for s in one.moved}, key=strategy_order)
+    rows = [
+        [one.fault, str(one.events), *(str(one.moved[s]) for s in labels), ", ".join(one.fewest())]
+        for one in found
+    ]
+    return table(["ROUND", "GENERATIONS", *labels, "FEWEST"], rows)
