@@ -29,8 +29,8 @@ runs apps that ignore the grant (harness/consumer_app.py): the test must then fa
 and duplicates.
 
 At the end the operator's journal is replayed (``harness.nemesis_replay``): the queues each candidate
-strategy would have moved in each round. ``MQBALANCE_NEMESIS_JOURNAL=PATH`` keeps the operator's log
-there, for ``mqbalance replay --journal PATH``.
+strategy would have moved in each round; with ``MQBALANCE_KEEP_JOURNAL=DIR`` the operator's log is
+kept there too (docs/pipeline.md, "Real journals").
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,11 +66,11 @@ from harness.node_workload import (
     journal,
     operator_pod,
     pods,
-    save_journal,
 )
 from harness.polling import scaled, wait_for
 from harness.rocketmq import topic_resource
 from mqbalance.contract import AssignmentDocument
+from tests.node.node_support import keep_journal
 
 LEASE, RENEW, MARGIN, RELEASE_TIMEOUT = 4.0, 1.0, 2.0, 1.0
 NODE_GRACE = 16.0
@@ -87,8 +86,6 @@ ROUNDS = int(os.environ.get("MQBALANCE_NEMESIS_ROUNDS", "1"))
 FAULTS = os.environ.get("MQBALANCE_NEMESIS_FAULTS", "")
 IGNORE_GRANT = os.environ.get("MQBALANCE_NEMESIS_APP_IGNORES_GRANT") == "1"
 VERSION = os.environ.get("MQBALANCE_NEMESIS_ROCKETMQ", "5.3.3")
-KEEP_JOURNAL = os.environ.get("MQBALANCE_NEMESIS_JOURNAL", "")
-"""Where to keep the operator's log (its journal) for `mqbalance replay --journal`; empty: not kept."""
 TOPIC = "orders"
 QUEUE_COUNT = 12
 QUEUES = [f"{TOPIC}/{nemesis_mq.BROKER}:{i}" for i in range(QUEUE_COUNT)]
@@ -764,8 +761,7 @@ def run_suite(
     replayed = nemesis_replay.round_moves(journal(cluster), [(r.fault, r.started) for r in run.rounds])
     print("queues each strategy would have moved, the operator's journal replayed:", flush=True)
     print(nemesis_replay.moves_table(replayed), flush=True)
-    if KEEP_JOURNAL:
-        save_journal(cluster, Path(KEEP_JOURNAL))
+    keep_journal(cluster, f"nemesis-{'-'.join(keys)}")
     assert sum(r.events for r in replayed[1:]) > 0, "no generation in the journal during the rounds"
     return run.scores
 
