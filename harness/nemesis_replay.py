@@ -27,12 +27,15 @@ class RoundMoves:
     """Journal records (generations published) in the round, every group's."""
     moved: Counter[str] = field(default_factory=Counter)
     """Strategy label -> queues it would have moved."""
+    unbalanced: set[str] = field(default_factory=set)
+    """Strategies that left loads more than one queue apart at a generation of the round."""
 
     def fewest(self) -> list[str]:
-        if not self.moved:
-            return []
-        least = min(self.moved.values())
-        return sorted((s for s, n in self.moved.items() if n == least), key=strategy_order)
+        """The balanced strategies that would have moved the fewest queues (moving nothing is
+        easy for a strategy that leaves a member idle)."""
+        balanced = {s: n for s, n in self.moved.items() if s not in self.unbalanced}
+        least = min(balanced.values(), default=None)
+        return sorted((s for s, n in balanced.items() if n == least), key=strategy_order)
 
 
 def round_moves(records: Iterable[JournalRecord], rounds: Sequence[tuple[str, float]]) -> list[RoundMoves]:
@@ -47,6 +50,8 @@ def round_moves(records: Iterable[JournalRecord], rounds: Sequence[tuple[str, fl
         for row in replay_group(events):
             one = out[bisect.bisect_right(starts, row.time)]
             one.moved[row.strategy] += row.moved
+            if row.spread > 1:
+                one.unbalanced.add(row.strategy)
             if row.current:  # one row per event is the strategy the group ran
                 one.events += 1
     return out
@@ -55,7 +60,13 @@ def round_moves(records: Iterable[JournalRecord], rounds: Sequence[tuple[str, fl
 def moves_table(found: Sequence[RoundMoves]) -> str:
     labels = sorted({s for one in found for s in one.moved}, key=strategy_order)
     rows = [
-        [one.fault, str(one.events), *(str(one.moved[s]) for s in labels), ", ".join(one.fewest())]
+        [
+            one.fault,
+            str(one.events),
+            *(f"{one.moved[s]}{'*' if s in one.unbalanced else ''}" for s in labels),
+            ", ".join(one.fewest()) or "-",
+        ]
         for one in found
     ]
-    return table(["ROUND", "GENERATIONS", *labels, "FEWEST"], rows)
+    note = "  * loads more than one queue apart at a generation of the round; FEWEST counts the others"
+    return table(["ROUND", "GENERATIONS", *labels, "FEWEST"], rows) + "\n" + note

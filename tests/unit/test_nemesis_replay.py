@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from harness.nemesis_replay import SET_UP, moves_table, round_moves
+from collections import Counter
+
+from harness.nemesis_replay import SET_UP, RoundMoves, moves_table, round_moves
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec
 
@@ -49,3 +51,15 @@ def test_each_rounds_moves_per_strategy_and_the_fewest() -> None:
     text = moves_table(found).splitlines()
     assert text[0].split()[:3] == ["ROUND", "GENERATIONS", "AVG"]
     assert text[2].split()[:3] == ["partition", "2", str(found[1].moved["AVG"])]
+
+
+def test_the_fewest_counts_only_strategies_that_kept_loads_balanced() -> None:
+    # Moving nothing is easy for a strategy that leaves a member idle (MACHINE_ROOM_NEARBY with
+    # every broker in one zone): it is starred, not the fewest.
+    one = RoundMoves(
+        "partition", 3, Counter({"MACHINE_ROOM_NEARBY": 0, "STICKY": 4, "AVG": 6}), {"MACHINE_ROOM_NEARBY"}
+    )
+    assert one.fewest() == ["STICKY"]
+    row = moves_table([one]).splitlines()[1].split()
+    assert row == ["partition", "3", "6", "0*", "4", "STICKY"]
+    assert RoundMoves("idle", 0, Counter({"AVG": 0}), {"AVG"}).fewest() == []
