@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from harness.demo_report import table
 from mqbalance.journal import JournalRecord
-from mqbalance.pipeline.events import Event, event_from_record
-from mqbalance.pipeline.replay import replay_group
+from mqbalance.pipeline.events import event_from_record
+from mqbalance.pipeline.replay import replay
 from mqbalance.pipeline.report import strategy_order
 
 SET_UP = "set-up"
@@ -43,17 +43,13 @@ def round_moves(records: Iterable[JournalRecord], rounds: Sequence[tuple[str, fl
     strategy starts a round from its own previous assignment, as it would have run."""
     starts = [start for _, start in rounds]
     out = [RoundMoves(SET_UP)] + [RoundMoves(fault) for fault, _ in rounds]
-    by_group: dict[tuple[str, str], list[Event]] = {}
-    for record in records:
-        by_group.setdefault((record.namespace, record.group), []).append(event_from_record(record))
-    for events in by_group.values():
-        for row in replay_group(events):
-            one = out[bisect.bisect_right(starts, row.time)]
-            one.moved[row.strategy] += row.moved
-            if row.spread > 1:
-                one.unbalanced.add(row.strategy)
-            if row.current:  # one row per event is the strategy the group ran
-                one.events += 1
+    for row in replay(event_from_record(record) for record in records):
+        one = out[bisect.bisect_right(starts, row.time)]
+        one.moved[row.strategy] += row.moved
+        if row.spread > 1:
+            one.unbalanced.add(row.strategy)
+        if row.current:  # one row per event is the strategy the group ran
+            one.events += 1
     return out
 
 
