@@ -493,8 +493,11 @@ def run(
 ) -> list[Score]:
     """One run: every variant at once, the same producer, the same script.
 
-    ``tag`` names the run's consumer groups (``e2e-<tag>-<variant>``), so several runs can share
-    one world without reading each other's records.
+    ``seconds`` is the planned sending time; ``script``'s steps come at their fractions of it,
+    each at least its planned gap after the previous step finished (so a slow step stretches the
+    run rather than squeezing the next). ``tag`` names the run's consumer groups
+    (``e2e-<tag>-<variant>``), so several runs can share one world without reading each other's
+    records.
     """
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
@@ -520,8 +523,13 @@ def run(
         started = time.monotonic()
         started_epoch_ms = time.time() * 1000
         log(f"producing {rate}/s for {seconds:g} s; variants {', '.join(variants)}")
+        # A step comes at its planned time, and never sooner after the previous step has finished
+        # than planned: a join that took long (a JVM starting on a busy machine) must not bring the
+        # next step onto it, or the two fold into one rebalance and the script's moves are lost.
+        previous_at, previous_done = 0.0, started
         for step in sorted(script, key=lambda s: s.at):
-            delay = started + step.at * seconds - time.monotonic()
+            due = max(started + step.at * seconds, previous_done + (step.at - previous_at) * seconds)
+            delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             begun = time.monotonic() - started
@@ -533,10 +541,12 @@ def run(
             if step.action == "leave":
                 for v in active:
                     v.left[v.member(step.member)] = begun_epoch
-            event = f"{begun:5.1f}-{time.monotonic() - started:5.1f} s: {step.action} member {step.member}"
+            previous_at, previous_done = step.at, time.monotonic()
+            event = f"{begun:5.1f}-{previous_done - started:5.1f} s: {step.action} member {step.member}"
             events.append(event)
             log(event)
-        time.sleep(max(0.0, started + seconds - time.monotonic()))
+        end = max(started + seconds, previous_done + (1.0 - previous_at) * seconds)
+        time.sleep(max(0.0, end - time.monotonic()))
         producer.close_stdin()
         producer.wait(polling.scaled(60))
         stopped = time.monotonic()
