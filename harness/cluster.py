@@ -47,6 +47,7 @@ from harness.kubeapi import KubeApi
 from harness.processes import (
     Component,
     Service,
+    WorkDir,
     free_port,
     run_command,
     serve_until_interrupted,
@@ -326,8 +327,7 @@ class LocalCluster(Service):
         self.version = resolve_version(version)
         self.minor = minor_of(self.version)
         self._with_controller_manager = controller_manager
-        self._own_workdir = workdir is None
-        self._workdir: Path | None = Path(workdir) if workdir is not None else None
+        self._workdir = WorkDir(workdir, "cluster", ClusterError)
         self._bin_dir_arg = Path(bin_dir) if bin_dir is not None else None
         self._bin_dir: Path | None = None
         self.ready_timeout = ready_timeout
@@ -347,9 +347,7 @@ class LocalCluster(Service):
 
     @property
     def workdir(self) -> Path:
-        if self._workdir is None:
-            raise ClusterError("cluster not started")
-        return self._workdir
+        return self._workdir.path
 
     @property
     def kubeconfig(self) -> Path:
@@ -474,9 +472,7 @@ class LocalCluster(Service):
             if self._etcd_dir is not None:
                 shutil.rmtree(self._etcd_dir, ignore_errors=True)
                 self._etcd_dir = None
-            if self._own_workdir and self._workdir is not None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
-                self._workdir = None
+            self._workdir.remove()
 
     def restart_apiserver(self, *, kill: bool = False) -> None:
         """Stop the API server and start it again on the same port (clients see an outage).
@@ -608,11 +604,9 @@ class LocalCluster(Service):
 
     def _prepare_dirs(self) -> None:
         _sweep_stale_dirs()
-        if self._workdir is None:
-            self._workdir = _owned_tempdir("mqbalance-cluster-")
-        self._workdir.mkdir(parents=True, exist_ok=True)
-        (self._workdir / "logs").mkdir(exist_ok=True)
-        (self._workdir / "pki").mkdir(exist_ok=True)
+        workdir = self._workdir.make(lambda: _owned_tempdir("mqbalance-cluster-"))
+        (workdir / "logs").mkdir(exist_ok=True)
+        (workdir / "pki").mkdir(exist_ok=True)
         self._etcd_dir = _owned_tempdir("mqbalance-etcd-")
 
     def _openssl(self, *args: str) -> None:

@@ -7,7 +7,8 @@ which every signal reaches, and killed by the kernel with the thread that starte
 :class:`OperatorProcess` and :class:`SidecarProcess` are ``mqbalance operator`` and
 ``mqbalance sidecar`` as subprocesses against a cluster; ``harness.e2e.JavaProgram`` the end-to-end
 run's Java clients. Also: :func:`process_files` reads a /proc file of every live process, and
-:func:`serving_in_thread` runs an in-process server (a test's HTTP sink) for a block.
+:func:`serving_in_thread` runs an in-process server (a test's HTTP sink) for a block, and
+:class:`WorkDir` is a service's working directory.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import socketserver
@@ -89,6 +91,36 @@ def _die_with_parent() -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+class WorkDir:
+    """A service's working directory: the one its caller gave (kept), or a temporary one made at
+    start and removed at stop."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, service: str, error: type[Exception]) -> None:
+        self._path = Path(path) if path is not None else None
+        self._owned = path is None
+        self._service = service
+        self._error = error
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            raise self._error(f"{self._service} not started")
+        return self._path
+
+    def make(self, temporary: Callable[[], Path]) -> Path:
+        """The directory, created; ``temporary`` makes one when the caller gave none."""
+        if self._path is None:
+            self._path = temporary()
+        self._path.mkdir(parents=True, exist_ok=True)
+        return self._path
+
+    def remove(self) -> None:
+        """Remove a temporary directory; the caller's stays."""
+        if self._owned and self._path is not None:
+            shutil.rmtree(self._path, ignore_errors=True)
+            self._path = None
 
 
 class Service:

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +34,14 @@ from typing import Any, Self, TypeVar
 
 from harness import polling
 from harness.cluster import cache_dir
-from harness.processes import Component, Service, run_command, serve_until_interrupted, stop_on_ctrl_c
+from harness.processes import (
+    Component,
+    Service,
+    WorkDir,
+    run_command,
+    serve_until_interrupted,
+    stop_on_ctrl_c,
+)
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
@@ -263,8 +269,7 @@ class RocketMQ(Service):
             raise ValueError("at least one broker name is needed")
         self.version = version
         self.broker_names = tuple(brokers)
-        self._own_workdir = workdir is None
-        self._workdir = Path(workdir) if workdir is not None else None
+        self._workdir = WorkDir(workdir, "RocketMQ", RocketMQError)
         self.namesrv_heap_mb = namesrv_heap_mb
         self.broker_heap_mb = broker_heap_mb
         self.ready_timeout = ready_timeout
@@ -288,9 +293,7 @@ class RocketMQ(Service):
 
     @property
     def workdir(self) -> Path:
-        if self._workdir is None:
-            raise RocketMQError("RocketMQ not started")
-        return self._workdir
+        return self._workdir.path
 
     @property
     def namesrv_addr(self) -> str:
@@ -344,9 +347,7 @@ class RocketMQ(Service):
             self._brokers = {}
             self._slaves = {}
             self._namesrv = None
-            if self._own_workdir and self._workdir is not None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
-                self._workdir = None
+            self._workdir.remove()
 
     def kill_broker(self, name: str) -> None:
         """SIGKILL one broker (its queues become unreachable; the NameServer drops it later)."""
@@ -633,9 +634,8 @@ class RocketMQ(Service):
                     )
 
     def _prepare(self, lib: Path) -> None:
-        if self._workdir is None:
-            root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-            self._workdir = Path(tempfile.mkdtemp(prefix="mqbalance-rocketmq-", dir=root))
+        root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self._workdir.make(lambda: Path(tempfile.mkdtemp(prefix="mqbalance-rocketmq-", dir=root)))
         conf = self.workdir / "conf"
         conf.mkdir(parents=True, exist_ok=True)
         # 5.x looks up rmq.logback.xml on the classpath first; 4.x reads conf/logback_*.xml

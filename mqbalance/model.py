@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 # PermName bits (org.apache.rocketmq.common.constant.PermName).
@@ -94,21 +94,14 @@ class TopicRoute:
 
     def readable_queues(self) -> list[MessageQueue]:
         """Queues consumers allocate over: readQueueNums of every readable broker."""
-        return sort_queues(
-            MessageQueue(self.topic, b.name, i)
-            for b in self.brokers
-            if b.readable
-            for i in range(b.read_queue_nums)
-        )
+        return self._queues(lambda b: b.read_queue_nums if b.readable else 0)
 
     def writable_queues(self) -> list[MessageQueue]:
         """Queues producers send to: writeQueueNums of every writable broker with a master."""
-        return sort_queues(
-            MessageQueue(self.topic, b.name, i)
-            for b in self.brokers
-            if b.writable
-            for i in range(b.write_queue_nums)
-        )
+        return self._queues(lambda b: b.write_queue_nums if b.writable else 0)
+
+    def _queues(self, count: Callable[[Broker], int]) -> list[MessageQueue]:
+        return sort_queues(MessageQueue(self.topic, b.name, i) for b in self.brokers for i in range(count(b)))
 
     def broker_zones(self) -> dict[str, str]:
         return {b.name: b.zone for b in self.brokers}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mqbalance.contract import (
@@ -45,23 +45,16 @@ LEGACY_FINALIZER = "mqbalance.io/operator"
 could not be deleted any more."""
 
 
+@dataclass(eq=False)
 class GroupReconciler:
     """Reconciles ConsumerGroups, each by one worker at a time (the work queue sees to that)."""
 
-    def __init__(
-        self,
-        world: World,
-        writer: Writer,
-        metrics: OperatorMetrics,
-        journal: Journal,
-        clock: Callable[[], float],
-    ) -> None:
-        self.world = world
-        self.writer = writer
-        self.metrics = metrics
-        self.journal = journal
-        self.clock = clock
-        """Wall clock for status times and documents."""
+    world: World
+    writer: Writer
+    metrics: OperatorMetrics
+    journal: Journal
+    clock: Callable[[], float]
+    """Wall clock for status times and documents."""
 
     async def work(self, namespace: str, name: str) -> None:
         """Reconcile the group, and requeue it as its result asks."""

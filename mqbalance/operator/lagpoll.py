@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mqbalance.contract import AssignmentDocument, DocumentError
@@ -141,28 +141,23 @@ def lag_condition(failures: Sequence[BrokerFailure], read_queues: int) -> tuple[
     return "False", reason, f"{shown}{more}; {partial}; the assignment stays as published"
 
 
+@dataclass(eq=False)
 class LagPoller:
     """Reads every group's offsets each ``settings.interval`` seconds and reports them."""
 
-    def __init__(
-        self,
-        controller: Controller,
-        reader: OffsetReader,
-        settings: LagSettings,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.controller = controller
-        self.reader = reader
-        self.settings = settings
-        self.clock = clock
-        self.monotonic = monotonic
-        self.samples: dict[tuple[str, str], Sample] = {}
-        self.capacity: dict[tuple[str, str], float] = {}
-        """Each group's last measured per-member consume rate (lag.member_capacity)."""
-        self._documents: dict[tuple[str, str], tuple[str | None, AssignmentDocument]] = {}
-        self.rounds = 0
-        """Rounds over every group completed."""
+    controller: Controller
+    reader: OffsetReader
+    settings: LagSettings
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    samples: dict[tuple[str, str], Sample] = field(default_factory=dict, init=False)
+    capacity: dict[tuple[str, str], float] = field(default_factory=dict, init=False)
+    """Each group's last measured per-member consume rate (lag.member_capacity)."""
+    _documents: dict[tuple[str, str], tuple[str | None, AssignmentDocument]] = field(
+        default_factory=dict, init=False
+    )
+    rounds: int = field(default=0, init=False)
+    """Rounds over every group completed."""
 
     async def run(self) -> None:
         """Until cancelled: a round over every group, then wait out the rest of the interval."""

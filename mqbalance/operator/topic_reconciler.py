@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mqbalance.contract import TOPICS, TopicSpec, read_topic_spec
 from mqbalance.kube import ApiError
@@ -21,15 +22,15 @@ from mqbalance.operator.writes import Writer, merge_patch
 logger = logging.getLogger("mqbalance.operator")
 
 
+@dataclass(eq=False)
 class TopicReconciler:
     """Reconciles Topic status."""
 
-    def __init__(self, world: World, writer: Writer, routes: RouteReader, clock: Callable[[], float]) -> None:
-        self.world = world
-        self.writer = writer
-        self.routes = routes
-        """Reads the routes of Topics that name a NameServer."""
-        self.clock = clock
+    world: World
+    writer: Writer
+    routes: RouteReader
+    """Reads the routes of Topics that name a NameServer."""
+    clock: Callable[[], float]
 
     async def work(self, namespace: str, name: str) -> None:
         """Write the Topic's status; requeue it with backoff when the API server refuses."""

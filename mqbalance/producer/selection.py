@@ -38,7 +38,13 @@ from mqbalance.producer.faults import (
     monotonic_ms,
 )
 from mqbalance.producer.index import MovingIndex, java_abs, java_rem, to_int32
-from mqbalance.producer.selectors import KeySelector, select_by_hash, select_by_random, zone_queues
+from mqbalance.producer.selectors import (
+    KeySelector,
+    parse_name,
+    select_by_hash,
+    select_by_random,
+    zone_queues,
+)
 
 
 class Generation(enum.StrEnum):
@@ -49,10 +55,7 @@ class Generation(enum.StrEnum):
 
     @classmethod
     def parse(cls, name: str | Generation) -> Generation:
-        try:
-            return cls(name)
-        except ValueError:
-            raise ValueError(f"unknown generation {name!r}; use '4.x' or '5.x'") from None
+        return parse_name(cls, name, "generation")
 
     @property
     def fault_table(self) -> FaultTable:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Sequence
+from typing import TypeVar
 
 from mqbalance.model import UNKNOWN_ZONE, Broker, MessageQueue, TopicRoute
 from mqbalance.producer.index import java_rem, to_int32
+
+E = TypeVar("E", bound=enum.StrEnum)
 
 
 class KeySelector(enum.StrEnum):
@@ -24,12 +27,15 @@ class KeySelector(enum.StrEnum):
 
     @classmethod
     def parse(cls, name: str | KeySelector) -> KeySelector:
-        try:
-            return cls(name)
-        except ValueError:
-            raise ValueError(
-                f"unknown selector {name!r}; use one of {', '.join(s.value for s in cls)}"
-            ) from None
+        return parse_name(cls, name, "selector")
+
+
+def parse_name(kind: type[E], name: str | E, what: str) -> E:
+    """The member of ``kind`` called ``name``, or a ValueError that lists the valid names."""
+    try:
+        return kind(name)
+    except ValueError:
+        raise ValueError(f"unknown {what} {name!r}; use one of {', '.join(m.value for m in kind)}") from None
 
 
 def java_string_hash(value: str) -> int:

@@ -258,7 +258,7 @@ def test_write_only_brokers_count_and_read_only_ones_do_not() -> None:
 
 
 def test_unknown_generation_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=re.escape("use '4.x' or '5.x'")):
+    with pytest.raises(ValueError, match=re.escape("unknown generation '3.x'; use one of 4.x, 5.x")):
         QueueSelector(generation="3.x")
     assert Generation.parse("4.x") is Generation.V4
 
