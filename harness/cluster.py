@@ -221,7 +221,8 @@ def _find_etcd(bin_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
-def _tmpfs_root() -> str | None:
+def tmpfs_root() -> str | None:
+    """/dev/shm where it can be written: the harness's working files in memory, else the default."""
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
@@ -231,7 +232,7 @@ _STALE_PREFIXES = ("mqbalance-cluster-", "mqbalance-etcd-")
 
 
 def _owned_tempdir(prefix: str) -> Path:
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=_tmpfs_root()))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=tmpfs_root()))
     (path / _OWNER_FILE).write_text(str(os.getpid()))
     return path
 
@@ -249,7 +250,7 @@ def _pid_alive(pid: int) -> bool:
 def _sweep_stale_dirs() -> None:
     # A process killed outright (SIGKILL) cannot remove its temporary dirs; on tmpfs they
     # hold memory, so the next cluster removes those whose owner is gone.
-    root = Path(_tmpfs_root() or tempfile.gettempdir())
+    root = Path(tmpfs_root() or tempfile.gettempdir())
     for path in root.iterdir():
         if not path.name.startswith(_STALE_PREFIXES) or not path.is_dir():
             continue

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from harness import polling
-from harness.cluster import cache_dir
+from harness.cluster import cache_dir, tmpfs_root
 from harness.processes import (
     Component,
     Service,
@@ -634,8 +634,7 @@ class RocketMQ(Service):
                     )
 
     def _prepare(self, lib: Path) -> None:
-        root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        self._workdir.make(lambda: Path(tempfile.mkdtemp(prefix="mqbalance-rocketmq-", dir=root)))
+        self._workdir.make(lambda: Path(tempfile.mkdtemp(prefix="mqbalance-rocketmq-", dir=tmpfs_root())))
         conf = self.workdir / "conf"
         conf.mkdir(parents=True, exist_ok=True)
         # 5.x looks up rmq.logback.xml on the classpath first; 4.x reads conf/logback_*.xml
