@@ -576,17 +576,25 @@ class LocalCluster(Service):
         """
         return self.api.call(method, path, body, content_type=content_type, timeout=timeout)
 
-    def service_account_token(self, namespace: str, name: str, *, expiration_seconds: int = 3600) -> str:
-        """A bound token of the ServiceAccount from the TokenRequest API, as a kubelet mounts it.
+    def service_account_token(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        expiration_seconds: int = 3600,
+        pod: tuple[str, str] | None = None,
+    ) -> str:
+        """A bound token of the ServiceAccount from the TokenRequest API; with ``pod`` (name, uid)
+        bound to that pod, which must run as the account: the token a kubelet mounts into the pod,
+        whose user the API server gives the pod's name and uid (``authentication.kubernetes.io/pod-*``).
 
         Both versions serve TokenRequest; only 1.20 also puts a token in a Secret (1.24 stopped).
         """
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_seconds},
-        }
+        spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
+        if pod is not None:
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod[0], "uid": pod[1]}
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         status, answer = self.request("POST", path, body)
         token = answer.get("status", {}).get("token") if isinstance(answer, dict) else None
         if status != 201 or not isinstance(token, str):

@@ -113,12 +113,14 @@ def create_pod(
     finalizers: Sequence[str] = (),
     hold: bool = False,
     annotations: Mapping[str, str] | None = None,
+    service_account: str | None = None,
 ) -> Obj:
     """Create a Pending pod running ``example/consumer``.
 
     ``node`` sets ``spec.nodeName`` directly (as a DaemonSet would); use :func:`bind_pod` to
     act out the scheduler instead. ``hold`` adds :data:`HOLD_FINALIZER` so a later deletion
-    leaves the pod Terminating until :func:`delete_pod`.
+    leaves the pod Terminating until :func:`delete_pod`. ``service_account``: the pod's
+    ServiceAccount, which tokens bound to the pod must be of.
     """
     all_finalizers = list(finalizers)
     if hold and HOLD_FINALIZER not in all_finalizers:
@@ -134,6 +136,8 @@ def create_pod(
     }
     if node is not None:
         spec["nodeName"] = node
+    if service_account is not None:
+        spec["serviceAccountName"] = service_account
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
     return _kube(api).request("POST", _pod_path(namespace), pod)
 
@@ -218,6 +222,7 @@ def start_pods(
     hold: bool = False,
     ready: bool = True,
     first: int = 0,
+    service_account: str | None = None,
 ) -> list[Obj]:
     """Create ``prefix-{first}`` … ``prefix-{first+count-1}``, bind them round-robin over
     ``nodes`` and flip them to Running (Ready unless ``ready=False``). Returns the final pods."""
@@ -227,7 +232,7 @@ def start_pods(
     pods = []
     for i in range(first, first + count):
         name = f"{prefix}-{i}"
-        create_pod(kube, namespace, name, labels, hold=hold)
+        create_pod(kube, namespace, name, labels, hold=hold, service_account=service_account)
         bind_pod(kube, namespace, name, nodes[i % len(nodes)])
         pods.append(set_pod_ready(kube, namespace, name, ready))
     return pods

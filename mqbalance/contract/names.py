@@ -23,6 +23,13 @@ MAX_GROUP_NAME = 63
 MEMBER_LEASE_LABEL = ("mqbalance.io/member", "true")
 """Label (key, value) on every member Lease a sidecar renews (time-bounded ownership)."""
 MEMBER_LEASE_SUFFIX = "-mqbalance-member"
+SIDECAR_CONTAINER = "mqbalance-sidecar"
+"""The sidecar container's name, in every pod spec the project writes or injects."""
+SIDECAR_GROUP_ANNOTATION = "mqbalance.io/sidecar-group"
+"""Pod annotation naming the ConsumerGroup(s) the pod's sidecar serves (comma-separated): a pod with
+it asks for the sidecar, and one that runs without it holds no queues."""
+INJECTION_LABEL = ("mqbalance.io/sidecar-injection", "enabled")
+"""Label (key, value) of a namespace, and of each pod in it, whose pods the webhook injects."""
 MAX_NAME = 253
 
 

@@ -48,7 +48,8 @@ class InjectorConfig:
     host: str
     port: int
     settings: SidecarSettings
-    token_secret: str | None
+    accounts: frozenset[str]
+    """The ServiceAccounts the chart gives the sidecar Role: a pod running as another is warned."""
     lifetimes: certs.Lifetimes
     check_interval: float
     kubeconfig: str | None
@@ -76,10 +77,12 @@ def parse_args(argv: Sequence[str]) -> InjectorConfig:
         help=f"JSON object of the chart's sidecar values (image, port, ...; ${SETTINGS_ENV})",
     )
     p.add_argument(
-        "--token-secret",
-        default=env("MQBALANCE_INJECTOR_TOKEN_SECRET", ""),
-        help="Secret (in each pod's namespace) with a token of the sidecar ServiceAccount, mounted into "
-        "the sidecar only; empty: the sidecar uses the pod's own ServiceAccount",
+        "--sidecar-service-account",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a ServiceAccount the chart gives the sidecar Role (repeat for several): admitting a pod that "
+        "runs as another warns that its sidecar will be refused",
     )
     p.add_argument("--ca-days", type=float, default=365 * 5, help="CA lifetime in days (default 1825)")
     p.add_argument("--cert-days", type=float, default=90, help="serving certificate lifetime in days (90)")
@@ -107,7 +110,7 @@ def parse_args(argv: Sequence[str]) -> InjectorConfig:
         host=args.host,
         port=args.port,
         settings=settings,
-        token_secret=args.token_secret or None,
+        accounts=frozenset(args.sidecar_service_account),
         lifetimes=certs.Lifetimes(dt.timedelta(days=args.ca_days), dt.timedelta(days=args.cert_days)),
         check_interval=max(1.0, args.check_interval),
         kubeconfig=args.kubeconfig,
@@ -254,7 +257,7 @@ async def serve(config: InjectorConfig) -> int:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(*write_files(bundle, directory))
-            runner = web.AppRunner(create_app(config.settings, config.token_secret), access_log=None)
+            runner = web.AppRunner(create_app(config.settings, config.accounts), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, config.host, config.port, ssl_context=context).start()
             log.info(

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mqbalance.buildinfo import version
+from mqbalance.contract.names import INJECTION_LABEL, SIDECAR_CONTAINER, SIDECAR_GROUP_ANNOTATION
 
-CONTAINER_NAME = "mqbalance-sidecar"
-NAMESPACE_LABEL = "mqbalance.io/sidecar-injection"
-"""The namespace label that turns injection on: ``mqbalance.io/sidecar-injection: enabled``."""
-NAMESPACE_LABEL_VALUE = "enabled"
-GROUP_ANNOTATION = "mqbalance.io/sidecar-group"
+CONTAINER_NAME = SIDECAR_CONTAINER
+NAMESPACE_LABEL, NAMESPACE_LABEL_VALUE = INJECTION_LABEL
+"""The label that turns injection on, on the namespace and on each pod: ``mqbalance.io/sidecar-injection:
+enabled`` (the webhook's namespaceSelector and objectSelector)."""
+GROUP_ANNOTATION = SIDECAR_GROUP_ANNOTATION
 """The pod annotation naming the ConsumerGroup(s) the sidecar serves (comma-separate several)."""
 ZONE_ANNOTATION = "mqbalance.io/sidecar-zone"
 """Optional pod annotation: the pod's zone, for the producer's machine-room selector."""
@@ -28,6 +29,9 @@ POD_LABEL = "mqbalance.io/sidecar"
 """Label on pods with the sidecar (scraped by the chart's optional PodMonitor)."""
 TOKEN_VOLUME = "mqbalance-sidecar-token"
 TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_EXPIRATION_SECONDS = 3600
+"""Lifetime of the sidecar's projected token; the kubelet renews it at 80% of that (the client reads the
+file at every request)."""
 GRACE_MARGIN_SECONDS = 15
 """How much longer than the drain timeout a pod's terminationGracePeriodSeconds must be: the drain
 ends, then the sidecar and the application stop."""
@@ -101,12 +105,13 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
 
 
 def sidecar_container(
-    settings: SidecarSettings, group: str, zone: str | None = None, token_secret: str | None = None
+    settings: SidecarSettings, group: str, zone: str | None = None, own_token: bool = False
 ) -> dict[str, Any]:
     """The sidecar container for a pod of ``group`` (comma-separated for several).
 
-    With ``token_secret`` the container mounts that Secret (a token of the sidecar ServiceAccount) where
-    in-cluster credentials are read from, so it does not use the pod's own ServiceAccount."""
+    With ``own_token`` the container mounts :func:`token_volume` where in-cluster credentials are read
+    from: a token of the pod's ServiceAccount bound to the pod, whether or not the pod mounts one for
+    its other containers."""
     env: list[dict[str, Any]] = [
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -150,14 +155,30 @@ def sidecar_container(
         "resources": json.loads(json.dumps(settings.resources)),
         "securityContext": json.loads(json.dumps(settings.securityContext)),
     }
-    if token_secret:
+    if own_token:
         container["volumeMounts"] = [{"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_PATH, "readOnly": True}]
     return container
 
 
-def token_volume(token_secret: str) -> dict[str, Any]:
-    """The pod volume of the sidecar ServiceAccount's token Secret (mounted by the sidecar only)."""
-    return {"name": TOKEN_VOLUME, "secret": {"secretName": token_secret}}
+_NAMESPACE_FIELD = {"apiVersion": "v1", "fieldPath": "metadata.namespace"}
+
+
+def token_volume() -> dict[str, Any]:
+    """The sidecar's credentials, mounted by the sidecar only: what the kubelet projects for a pod's
+    ServiceAccount (``kube-api-access-*``), a token bound to the pod that expires and is renewed. The
+    API server reads the pod's name from such a token, which is what confines each sidecar to its own
+    member Lease and release acknowledgement (the chart's admission policy); a token Secret names no pod."""
+    return {
+        "name": TOKEN_VOLUME,
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_SECONDS}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": _NAMESPACE_FIELD}]}},
+            ],
+        },
+    }
 
 
 class Refused(ValueError):
@@ -191,33 +212,35 @@ def has_sidecar(pod: Mapping[str, Any]) -> bool:
     return any(isinstance(c, dict) and c.get("name") == CONTAINER_NAME for c in containers)
 
 
-def pod_patch(
-    pod: Mapping[str, Any], settings: SidecarSettings, token_secret: str | None = None
-) -> list[dict[str, Any]]:
+def pod_patch(pod: Mapping[str, Any], settings: SidecarSettings) -> list[dict[str, Any]]:
     """The JSON patch (RFC 6902) that gives ``pod`` its sidecar; empty when the pod does not ask for
-    one (no annotation) or already has it. :class:`Refused` when its annotation is unusable."""
+    one (no annotation) or already has it. :class:`Refused` when its annotation is unusable, or missing
+    from a pod labelled for injection."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     value = annotations.get(GROUP_ANNOTATION)
+    if value is None and (metadata.get("labels") or {}).get(NAMESPACE_LABEL) == NAMESPACE_LABEL_VALUE:
+        raise Refused(
+            f"the pod is labelled {NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE} but has no annotation "
+            f"{GROUP_ANNOTATION} naming the ConsumerGroup its sidecar serves"
+        )
     if value is None or has_sidecar(pod):
         return []
     group = parse_groups(str(value))
     zone = str(annotations.get(ZONE_ANNOTATION) or "").strip() or None
     spec = pod.get("spec") or {}
     ops: list[dict[str, Any]] = []
-    container = sidecar_container(settings, group, zone, token_secret)
+    container = sidecar_container(settings, group, zone, own_token=True)
     if spec.get("containers"):
         ops.append({"op": "add", "path": "/spec/containers/-", "value": container})
     else:
         ops.append({"op": "add", "path": "/spec/containers", "value": [container]})
-    if token_secret:
-        volume = token_volume(token_secret)
-        if any(v.get("name") == TOKEN_VOLUME for v in spec.get("volumes") or []):
-            raise Refused(f"the pod already has a volume named {TOKEN_VOLUME}")
-        if spec.get("volumes"):
-            ops.append({"op": "add", "path": "/spec/volumes/-", "value": volume})
-        else:
-            ops.append({"op": "add", "path": "/spec/volumes", "value": [volume]})
+    if any(v.get("name") == TOKEN_VOLUME for v in spec.get("volumes") or []):
+        raise Refused(f"the pod already has a volume named {TOKEN_VOLUME}")
+    if spec.get("volumes"):
+        ops.append({"op": "add", "path": "/spec/volumes/-", "value": token_volume()})
+    else:
+        ops.append({"op": "add", "path": "/spec/volumes", "value": [token_volume()]})
     grace = spec.get("terminationGracePeriodSeconds")
     if not isinstance(grace, int) or grace < settings.min_grace_period:
         ops.append(

@@ -57,16 +57,18 @@ def review_request(body: Any) -> dict[str, Any]:
 
 
 def review_response(
-    request: dict[str, Any], settings: SidecarSettings, token_secret: str | None
+    request: dict[str, Any], settings: SidecarSettings, accounts: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
-    """The AdmissionReview answering ``request``: allowed, with the patch when there is one."""
+    """The AdmissionReview answering ``request``: allowed, with the patch when there is one, and a
+    warning when the pod runs as a ServiceAccount outside ``accounts`` (those the chart gives the
+    sidecar Role; none known: no warning)."""
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     if request.get("operation", "CREATE") == "CREATE":
         pod = request["object"]
         name = (pod.get("metadata") or {}).get("name") or request.get("name") or "(generated name)"
         where = f"{request.get('namespace', '')}/{name}"
         try:
-            ops = pod_patch(pod, settings, token_secret)
+            ops = pod_patch(pod, settings)
         except Refused as e:
             log.info("refused pod %s: %s", where, e)
             response = {
@@ -83,11 +85,24 @@ def review_response(
                 log.info("injecting the sidecar into pod %s", where)
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+                account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+                if accounts and account not in accounts:
+                    response["warnings"] = [unbound_account(account, accounts)]
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
+def unbound_account(account: str, accounts: frozenset[str]) -> str:
+    """The warning for a pod that runs as ``account``, which has not the sidecar Role."""
+    return (
+        f"mqbalance sidecar: the pod runs as ServiceAccount {account!r}, which the chart does not give "
+        f"the sidecar Role ({', '.join(sorted(accounts))}): its sidecar will be refused its assignment "
+        f"and hold no queues. Run the pod as one of those, or add {account!r} to the chart's "
+        "sidecar.serviceAccounts"
+    )
+
+
 SETTINGS = web.AppKey("settings", SidecarSettings)
-TOKEN_SECRET = web.AppKey("token_secret", str)
+ACCOUNTS = web.AppKey("accounts", frozenset)
 
 
 async def mutate(request: web.Request) -> web.Response:
@@ -103,7 +118,7 @@ async def mutate(request: web.Request) -> web.Response:
         review = review_request(body)
     except BadReview as e:
         return _error(e.status, str(e))
-    answer = review_response(review, request.app[SETTINGS], request.app[TOKEN_SECRET] or None)
+    answer = review_response(review, request.app[SETTINGS], request.app[ACCOUNTS])
     return web.json_response(answer)
 
 
@@ -111,10 +126,10 @@ async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def create_app(settings: SidecarSettings, token_secret: str | None) -> web.Application:
+def create_app(settings: SidecarSettings, accounts: frozenset[str] = frozenset()) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[SETTINGS] = settings
-    app[TOKEN_SECRET] = token_secret or ""
+    app[ACCOUNTS] = accounts
     app.router.add_post("/mutate", mutate)
     app.router.add_get("/healthz", healthz)
     return app

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from mqbalance.contract.names import INJECTION_LABEL, SIDECAR_CONTAINER, SIDECAR_GROUP_ANNOTATION
 from mqbalance.model import UNKNOWN_ZONE
 from mqbalance.operator.leases import MemberLeases
 from mqbalance.operator.spec import LabelSelector
@@ -41,11 +42,22 @@ class PodInfo:
     lease_lapsed: bool = False
     """Its sidecar's member Lease has not been renewed for leaseSeconds (set by :func:`lease_lapsed`
     for one reconcile, never by the informer)."""
+    sidecar_missing: bool = False
+    """It asks for a sidecar (the annotation ``mqbalance.io/sidecar-group``) but runs none: it was
+    not injected (not labelled for it, or admitted while the injector was away), so nothing in it
+    would serve queues."""
 
     @property
     def serving(self) -> bool:
-        """Running, Ready, not terminating, and renewing its member Lease if it must: able to consume."""
-        return self.running and self.ready and not self.terminating and not self.lease_lapsed
+        """Running, Ready, not terminating, with its sidecar, and renewing its member Lease if it must:
+        able to consume."""
+        return (
+            self.running
+            and self.ready
+            and not self.terminating
+            and not self.lease_lapsed
+            and not self.sidecar_missing
+        )
 
 
 MAX_MESSAGE = 200
@@ -69,6 +81,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         ready=ready,
         terminating=meta.get("deletionTimestamp") is not None,
         finished=status.get("phase") in ("Succeeded", "Failed"),
+        sidecar_missing=_asks_for_sidecar(meta) and not _has_sidecar(spec),
     )
     if info.serving:
         return info
@@ -76,10 +89,28 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     return replace(info, reason=reason, message=message[:MAX_MESSAGE])
 
 
+SIDECAR_MISSING = "SidecarMissing"
+
+
+def _asks_for_sidecar(meta: Mapping[str, Any]) -> bool:
+    return SIDECAR_GROUP_ANNOTATION in (meta.get("annotations") or {})
+
+
+def _has_sidecar(spec: Mapping[str, Any]) -> bool:
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    return any(isinstance(c, dict) and c.get("name") == SIDECAR_CONTAINER for c in containers)
+
+
 def why_not_serving(info: PodInfo, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, str]:
     """(reason, message) for a pod that is not serving, from what the kubelet and controllers reported."""
     if info.terminating:
         return "Terminating", "the pod is being deleted"
+    if info.sidecar_missing:
+        key, value = INJECTION_LABEL
+        return SIDECAR_MISSING, (
+            f"annotated {SIDECAR_GROUP_ANNOTATION} but runs no {SIDECAR_CONTAINER} container: label the pod "
+            f"{key}={value} (its namespace too) so that the injector adds it, and recreate it"
+        )
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     for container in statuses:

@@ -15,6 +15,8 @@ import yaml
 from mqbalance.injector.spec import (
     CONTAINER_NAME,
     GROUP_ANNOTATION,
+    NAMESPACE_LABEL,
+    NAMESPACE_LABEL_VALUE,
     POD_LABEL,
     TOKEN_MOUNT_PATH,
     TOKEN_VOLUME,
@@ -70,7 +72,7 @@ def test_the_container_has_probes_drain_and_settings() -> None:
     settings = SidecarSettings(
         port=9000, metricsPort=9100, drainTimeoutSeconds=100, watchTopics=False, faultTolerance=True
     )
-    container = sidecar_container(settings, "a,b", zone="zone-a", token_secret="tok")
+    container = sidecar_container(settings, "a,b", zone="zone-a", own_token=True)
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["MQBALANCE_GROUP"] == "a,b"
     assert env["MQBALANCE_ZONE"] == "zone-a"
@@ -103,16 +105,21 @@ def test_settings_read_the_charts_json_and_refuse_unknown_keys() -> None:
 def test_the_patch_adds_container_token_volume_grace_period_and_label() -> None:
     settings = SidecarSettings()
     original = pod({GROUP_ANNOTATION: "orders-consumer", ZONE_ANNOTATION: "zone-b"})
-    ops = pod_patch(original, settings, token_secret="mq-mqbalance-sidecar-token")
+    ops = pod_patch(original, settings)
     patched = apply_patch(original, ops)
     spec = patched["spec"]
     assert [c["name"] for c in spec["containers"]] == ["app", CONTAINER_NAME]
-    assert spec["containers"][1] == sidecar_container(
-        settings, "orders-consumer", "zone-b", "mq-mqbalance-sidecar-token"
-    )
+    assert spec["containers"][1] == sidecar_container(settings, "orders-consumer", "zone-b", own_token=True)
     # The token goes to the sidecar only: the application's container is untouched.
     assert spec["containers"][0] == {"name": "app", "image": "example/orders:1"}
-    assert spec["volumes"] == [{"name": TOKEN_VOLUME, "secret": {"secretName": "mq-mqbalance-sidecar-token"}}]
+    # A token of the pod's own ServiceAccount, bound to the pod (it names the pod to the API server,
+    # which is what the admission policy confines the sidecar by), expiring and renewed by the kubelet.
+    (volume,) = spec["volumes"]
+    assert volume["name"] == TOKEN_VOLUME
+    sources = volume["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    assert {"key": "ca.crt", "path": "ca.crt"} in sources[1]["configMap"]["items"]
+    assert "secret" not in json.dumps(volume)
     assert spec["terminationGracePeriodSeconds"] == 60
     assert patched["metadata"]["labels"] == {POD_LABEL: "true"}
     assert "serviceAccountName" not in spec  # the pod keeps its own ServiceAccount
@@ -122,12 +129,12 @@ def test_the_patch_adds_container_token_volume_grace_period_and_label() -> None:
     ops = pod_patch(labelled, settings)
     assert {"op": "add", "path": "/metadata/labels/mqbalance.io~1sidecar", "value": "true"} in ops
     assert json.loads(json.dumps(ops)) == ops
-    assert "volumeMounts" not in apply_patch(labelled, ops)["spec"]["containers"][1]
+    assert apply_patch(labelled, ops)["spec"]["containers"][1]["volumeMounts"][0]["name"] == TOKEN_VOLUME
 
 
 def test_the_patch_keeps_a_longer_grace_period_and_appends_to_volumes() -> None:
     original = pod({GROUP_ANNOTATION: "g"}, terminationGracePeriodSeconds=300, volumes=[{"name": "data"}])
-    patched = apply_patch(original, pod_patch(original, SidecarSettings(), token_secret="t"))
+    patched = apply_patch(original, pod_patch(original, SidecarSettings()))
     assert patched["spec"]["terminationGracePeriodSeconds"] == 300
     assert [v["name"] for v in patched["spec"]["volumes"]] == ["data", TOKEN_VOLUME]
     # Kubernetes' default, 30 s, is below the drain: raised.
@@ -140,8 +147,15 @@ def test_pods_that_do_not_ask_or_already_have_the_sidecar_are_left_alone() -> No
     settings = SidecarSettings()
     assert pod_patch(pod(), settings) == []
     assert pod_patch(pod({"other": "x"}), settings) == []
-    once = apply_patch(pod({GROUP_ANNOTATION: "g"}), pod_patch(pod({GROUP_ANNOTATION: "g"}), settings, "t"))
-    assert pod_patch(once, settings, "t") == []  # idempotent: a second pass adds nothing
+    once = apply_patch(pod({GROUP_ANNOTATION: "g"}), pod_patch(pod({GROUP_ANNOTATION: "g"}), settings))
+    assert pod_patch(once, settings) == []  # idempotent: a second pass adds nothing
+
+
+def test_a_pod_labelled_for_injection_without_a_group_is_refused() -> None:
+    labelled = pod()
+    labelled["metadata"]["labels"] = {NAMESPACE_LABEL: NAMESPACE_LABEL_VALUE}
+    with pytest.raises(Refused, match=f"no annotation {GROUP_ANNOTATION}"):
+        pod_patch(labelled, SidecarSettings())
 
 
 @pytest.mark.parametrize(
@@ -161,7 +175,7 @@ def test_the_injected_example_gets_the_same_pod_as_the_hand_written_one() -> Non
     written = yaml.safe_load((ROOT / "examples" / "consumer-deployment.yaml").read_text())
     template = injected["spec"]["template"]
     pod_of_template = {"metadata": template["metadata"], "spec": template["spec"]}
-    patched = apply_patch(pod_of_template, pod_patch(pod_of_template, SidecarSettings(), "mq-sidecar-token"))
+    patched = apply_patch(pod_of_template, pod_patch(pod_of_template, SidecarSettings()))
     (sidecar,) = [c for c in patched["spec"]["containers"] if c["name"] == CONTAINER_NAME]
     (by_hand,) = [c for c in written["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER_NAME]
     assert {k: v for k, v in sidecar.items() if k != "volumeMounts"} == by_hand
@@ -171,4 +185,6 @@ def test_the_injected_example_gets_the_same_pod_as_the_hand_written_one() -> Non
         == written["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     )
     assert patched["metadata"]["labels"][POD_LABEL] == "true"
-    assert "serviceAccountName" not in spec  # its own ServiceAccount (the namespace's default here)
+    # The account that has the sidecar Role: the sidecar's token is the pod's own.
+    assert spec["serviceAccountName"] == written["spec"]["template"]["spec"]["serviceAccountName"]
+    assert patched["metadata"]["labels"][NAMESPACE_LABEL] == NAMESPACE_LABEL_VALUE

@@ -31,7 +31,7 @@ def review(obj: Any, operation: str = "CREATE", kind: str = "Pod") -> dict[str, 
     }
 
 
-POD = {
+POD: dict[str, Any] = {
     "metadata": {"generateName": "orders-", "annotations": {GROUP_ANNOTATION: "orders"}},
     "spec": {"containers": [{"name": "app", "image": "a:1"}]},
 }
@@ -44,7 +44,7 @@ Client = TestClient[web.Request, web.Application]
 
 @pytest_asyncio.fixture
 async def client(aiohttp_client: AiohttpClient) -> Client:
-    return await aiohttp_client(create_app(SidecarSettings(), "tok"))
+    return await aiohttp_client(create_app(SidecarSettings(), frozenset({"mq-mqbalance-sidecar"})))
 
 
 async def test_an_annotated_pod_gets_a_json_patch(client: Client) -> None:
@@ -59,6 +59,20 @@ async def test_an_annotated_pod_gets_a_json_patch(client: Client) -> None:
     assert response["patchType"] == "JSONPatch"
     patched = apply_patch(POD, json.loads(base64.b64decode(response["patch"])))
     assert [c["name"] for c in patched["spec"]["containers"]] == ["app", CONTAINER_NAME]
+
+
+async def test_a_pod_of_an_account_without_the_sidecar_role_gets_a_warning(client: Client) -> None:
+    """Its sidecar would be refused its assignment: kubectl shows the warning at once."""
+    for account, warned in [("mq-mqbalance-sidecar", False), ("orders-app", True), (None, True)]:
+        spec = {**POD["spec"], **({"serviceAccountName": account} if account else {})}
+        answer = await (await client.post("/mutate", json=review({**POD, "spec": spec}))).json()
+        response = answer["response"]
+        assert response["patchType"] == "JSONPatch"
+        warnings = response.get("warnings", [])
+        assert bool(warnings) == warned, (account, warnings)
+        if warned:
+            assert f"ServiceAccount {account or 'default'!r}" in warnings[0]
+            assert "sidecar.serviceAccounts" in warnings[0]
 
 
 async def test_pods_without_the_annotation_and_other_operations_pass_unchanged(

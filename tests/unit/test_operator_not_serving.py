@@ -3,11 +3,13 @@ and reported in the group's status (count, the pods with their reasons, the Read
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from mqbalance.contract import SIDECAR_CONTAINER, SIDECAR_GROUP_ANNOTATION
 from mqbalance.operator.membership import MAX_MESSAGE, PodInfo, not_serving, pod_info
 from mqbalance.operator.reconcile import Observed, reconcile
 from mqbalance.operator.spec import parse_selector
@@ -133,6 +135,26 @@ def test_why_a_pod_is_not_serving(pod: dict[str, Any], reason: str, in_message: 
     assert not info.serving
     assert info.reason == reason
     assert in_message in info.message
+
+
+def test_a_pod_that_asked_for_a_sidecar_and_runs_none_is_no_member() -> None:
+    """Not injected (no opt-in label, or admitted while the injector was away with failurePolicy
+    Ignore): nothing in it would serve queues, so it gets none, and the status says what to fix."""
+    asked = body()
+    asked["metadata"]["annotations"] = {SIDECAR_GROUP_ANNOTATION: "orders"}
+    asked["spec"]["containers"] = [{"name": "app", "image": "example/orders:1"}]
+    info = pod_info(asked)
+    assert not info.serving
+    assert info.reason == "SidecarMissing"
+    assert "mqbalance.io/sidecar-injection=enabled" in info.message
+    assert len(info.message) < MAX_MESSAGE
+    # With its sidecar (a container, or a native sidecar among the init containers), a member.
+    for where in ("containers", "initContainers"):
+        injected = json.loads(json.dumps(asked))
+        injected["spec"].setdefault(where, []).append({"name": SIDECAR_CONTAINER, "image": "mqbalance/x"})
+        assert pod_info(injected).serving, where
+    # A pod that never asked (a sidecar added by hand, or none at all): judged as before.
+    assert pod_info(body()).serving
 
 
 def test_long_kubelet_messages_are_cut() -> None:

@@ -116,6 +116,31 @@ skip the check.
 {{- toJson (uniq $namespaces) }}
 {{- end }}
 
+{{/* The ServiceAccounts consumer pods run as: the chart's sidecar account and sidecar.serviceAccounts. */}}
+{{- define "mqbalance.sidecar.serviceAccounts" -}}
+{{- toJson (uniq (prepend .Values.sidecar.serviceAccounts (include "mqbalance.sidecar.serviceAccountName" .))) }}
+{{- end }}
+
+{{/* Those accounts in every sidecar namespace, as the API server names them, as a CEL list. */}}
+{{- define "mqbalance.sidecar.usernames" -}}
+{{- $names := list }}
+{{- $accounts := include "mqbalance.sidecar.serviceAccounts" . | fromJsonArray }}
+{{- range $namespace := include "mqbalance.sidecar.namespaces" . | fromJsonArray }}
+{{- range $account := $accounts }}
+{{- $names = append $names (printf "system:serviceaccount:%s:%s" $namespace $account | squote) }}
+{{- end }}
+{{- end }}
+{{- printf "[%s]" (join ", " $names) }}
+{{- end }}
+
+{{/*
+Non-empty when the chart installs its ValidatingAdmissionPolicies: asked for, and served by the
+cluster (admissionregistration.k8s.io/v1 from Kubernetes 1.30; older servers get RBAC alone).
+*/}}
+{{- define "mqbalance.admissionPolicies" -}}
+{{- if and .Values.admissionPolicies.enabled (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) }}true{{ end }}
+{{- end }}
+
 {{- define "mqbalance.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -212,7 +237,11 @@ injection webhook uses; tests/unit/test_injector_spec.py checks that this render
 {{- end }}
 
 {{- define "mqbalance.replay.namespace" -}}
-{{- default .Release.Namespace .Values.replay.namespace }}
+{{- $namespace := default (printf "%s-replay" .Release.Namespace) .Values.replay.namespace }}
+{{- if eq $namespace .Release.Namespace }}
+{{- fail (printf "replay.namespace: %q is the release namespace; the replay's driver creates pods, which there could run as the operator's ServiceAccount or mount the injector's keys: give it a namespace of its own (empty means %q)" $namespace (printf "%s-replay" .Release.Namespace)) }}
+{{- end }}
+{{- $namespace }}
 {{- end }}
 
 {{- define "mqbalance.replay.labels" -}}

@@ -354,9 +354,19 @@ def test_the_replay_driver_account_is_off_by_default_and_holds_what_spark_asks(h
     assert {"create", "get", "list", "watch", "delete"} <= set(rule["verbs"])
     (subject,) = replay["RoleBinding"]["subjects"]
     assert (subject["name"], subject["namespace"]) == ("mq-mqbalance-replay", "analytics")
+    # A namespace of its own by default, made by the chart with Pod Security "baseline": the driver
+    # creates pods, which in the release namespace could run as the operator or mount the injector's keys.
     named = render(helm, "--set", "replay.enabled=true", "--set", "replay.serviceAccountName=spark")
     (account,) = [d for d in by_kind(named, "ServiceAccount") if d["metadata"]["name"] == "spark"]
-    assert account["metadata"]["namespace"] == "mq-system"
+    assert account["metadata"]["namespace"] == "mq-system-replay"
+    (made,) = by_kind(named, "Namespace")
+    assert made["metadata"]["name"] == "mq-system-replay"
+    assert made["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert not by_kind(render(helm, "--set", "replay.enabled=true,replay.createNamespace=false"), "Namespace")
+    said = template_refused(
+        helm, "--namespace", "mq-system", "--set", "replay.enabled=true,replay.namespace=mq-system"
+    )
+    assert "namespace of its own" in said
 
 
 def test_monitoring_objects_are_off_by_default_and_read_the_chart_files(helm: Path) -> None:

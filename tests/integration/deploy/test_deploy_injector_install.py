@@ -1,7 +1,7 @@
 """helm install with the sidecar injector into the local control plane: the injector's RBAC is its
 certificate Secret and its webhook configuration only, the injector run here with its ServiceAccount's
-token fills the chart's Secret and writes the caBundle, ``helm upgrade`` keeps both, and the sidecar
-token Secret authenticates as the sidecar ServiceAccount (what an injected sidecar mounts)."""
+token fills the chart's Secret and writes the caBundle, ``helm upgrade`` keeps both, and the token an
+injected sidecar mounts authenticates as its pod's ServiceAccount, naming the pod."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from harness.cluster import LocalCluster
+from harness.kubelet import create_pod
 from harness.polling import wait_for
 from harness.processes import ManagedProcess, free_port, mqbalance_argv
 from mqbalance.contract import configmap_name
@@ -24,6 +25,7 @@ from tests.integration.deploy.deploy_support import (
     installed,
     run_helm,
     service_account_kubeconfig,
+    service_account_token,
 )
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -46,7 +48,6 @@ def test_the_injector_may_touch_its_secret_and_its_webhook_configuration_only(
     for verb in ("get", "patch"):
         assert can_i(cluster, sa, verb, own_config, None), f"injector cannot {verb} its webhook configuration"
     forbidden = [
-        ("get", f"secrets/{release}-mqbalance-sidecar-token", namespace),
         ("list", "secrets", namespace),
         ("delete", own_secret, namespace),
         ("get", "pods", namespace),
@@ -117,28 +118,29 @@ def test_the_injector_fills_the_charts_secret_and_ca_bundle_and_upgrades_keep_th
     assert _get(cluster, secret_path)["data"] == before
 
 
-def test_the_sidecar_token_secret_authenticates_as_the_sidecar_service_account(
-    cluster: LocalCluster, release: str, namespace: str, tmp_path: Path
+def test_the_token_an_injected_sidecar_mounts_names_its_pod(
+    cluster: LocalCluster, release: str, namespace: str
 ) -> None:
-    path = f"/api/v1/namespaces/{namespace}/secrets/{release}-mqbalance-sidecar-token"
-
-    def token() -> str | None:
-        data = _get(cluster, path).get("data") or {}
-        return base64.b64decode(data["token"]).decode() if "token" in data else None
-
-    # Kubernetes' token controller fills it in (1.20 and the current release alike).
-    bearer = wait_for("the token controller to fill the sidecar token Secret", token, timeout=60)
-    review = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenReview",
-        "spec": {"token": bearer},
-    }
+    """The injector mounts a projected token of the pod's ServiceAccount, which the kubelet requests
+    bound to the pod; the API server gives its user the pod's name (what the admission policy confines
+    the sidecar by) and, for a pod of the sidecar account, exactly the sidecar's Role."""
+    account = f"{release}-mqbalance-sidecar"
+    pod = create_pod(cluster.api, namespace, "orders-0", {"app": "orders"}, service_account=account)
+    meta = pod["metadata"]
+    bearer = service_account_token(cluster, namespace, account, pod=(meta["name"], meta["uid"]))
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": bearer}}
     status, answer = cluster.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", review)
     assert status == 201, answer
     assert answer["status"]["authenticated"] is True
-    user = answer["status"]["user"]["username"]
-    assert user == f"system:serviceaccount:{namespace}:{release}-mqbalance-sidecar"
+    user = answer["status"]["user"]
+    assert user["username"] == f"system:serviceaccount:{namespace}:{account}"
+    assert user["extra"]["authentication.kubernetes.io/pod-name"] == ["orders-0"]
+    assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [meta["uid"]]
     # What that identity may do is the sidecar's Role, nothing more.
-    assert can_i(cluster, user, "watch", f"configmaps/{configmap_name(GROUP)}", namespace)
-    assert not can_i(cluster, user, "list", "pods", namespace)
-    assert not can_i(cluster, user, "get", "secrets", namespace)
+    name = user["username"]
+    assert can_i(cluster, name, "watch", f"configmaps/{configmap_name(GROUP)}", namespace)
+    assert not can_i(cluster, name, "list", "pods", namespace)
+    assert not can_i(cluster, name, "get", "secrets", namespace)
+    # No token Secret of the sidecar account exists: none that never expires, none that names no pod.
+    secrets = cluster.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets")["items"]
+    assert not [s for s in secrets if s.get("type") == "kubernetes.io/service-account-token"]

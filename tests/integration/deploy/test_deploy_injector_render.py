@@ -106,15 +106,34 @@ def test_the_injector_gets_the_same_sidecar_settings_and_valid_arguments(
     assert config.settings.drainTimeoutSeconds == 20
     # What the webhook adds is what the helper renders with the same values.
     assert sidecar_container(config.settings, "orders") == helper_container(helm, tmp_path, extra)
-    assert config.token_secret == "mq-mqbalance-sidecar-token"
+    # Pods of these accounts get the sidecar Role in each consumer namespace; others are warned.
+    assert config.accounts == {"mq-mqbalance-sidecar"}
     assert config.hosts == ("mq-mqbalance-injector.mq-system.svc",)
     assert config.secret == "mq-mqbalance-injector-tls"
     assert config.webhook_config == "mq-mqbalance-injector"
     assert pod["serviceAccountName"] == "mq-mqbalance-injector"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    # Its own pods opt out of injection.
+    # Its own pods never carry the opt-in label.
     assert pod_labels(deployment)["mqbalance.io/sidecar-injection"] == "disabled"
+    # Two replicas by default, spread over nodes, and a disruption budget: a drain takes one at a time.
+    assert deployment["spec"]["replicas"] == 2
+    (preferred,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    spread = preferred["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert set(spread.items()) <= set(pod_labels(deployment).items())
+    (budget,) = by_kind(docs, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert set(budget["spec"]["selector"]["matchLabels"].items()) <= set(pod_labels(deployment).items())
+    single = render(helm, *ON, "--set", "injector.replicas=1")
+    assert not by_kind(single, "PodDisruptionBudget")
+    accounts = render(helm, *ON, "--set", "sidecar.serviceAccounts={orders-app}")
+    (deployment,) = [d for d in by_kind(accounts, "Deployment") if d["metadata"]["name"].endswith("injector")]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--sidecar-service-account")] == [
+        "--sidecar-service-account=mq-mqbalance-sidecar",
+        "--sidecar-service-account=orders-app",
+    ]
 
 
 def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
@@ -142,9 +161,8 @@ def test_the_webhook_configuration_is_opt_in_and_spares_system_and_own_pods(helm
     assert names["key"] == "kubernetes.io/metadata.name"
     assert names["operator"] == "NotIn"
     assert {"kube-system", "mq-system"} <= set(names["values"])
-    assert hook["objectSelector"]["matchExpressions"] == [
-        {"key": NAMESPACE_LABEL, "operator": "NotIn", "values": ["disabled"]}
-    ]
+    # Pods opt in by label too: no other pod of a labelled namespace waits on the injector.
+    assert hook["objectSelector"] == {"matchLabels": {NAMESPACE_LABEL: "enabled"}}
     (ignore,) = by_kind(
         render(helm, *ON, "--set", "injector.failurePolicy=Ignore"), "MutatingWebhookConfiguration"
     )
@@ -166,22 +184,10 @@ def test_injector_rbac_is_its_secret_and_its_webhook_configuration_only(helm: Pa
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
          "resourceNames": ["mq-mqbalance-injector"], "verbs": ["get", "patch"]}
     ]  # fmt: skip
-    secrets = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in by_kind(docs, "Secret")}
-    assert set(secrets) == {
-        ("mq-system", "mq-mqbalance-injector-tls"),
-        ("shop", "mq-mqbalance-sidecar-token"),
-        ("billing", "mq-mqbalance-sidecar-token"),
-    }
-    assert "data" not in secrets["mq-system", "mq-mqbalance-injector-tls"]
-    token = secrets["shop", "mq-mqbalance-sidecar-token"]
-    assert token["type"] == "kubernetes.io/service-account-token"
-    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "mq-mqbalance-sidecar"}
-    # With the pod's own ServiceAccount: no token Secrets, no flag.
-    docs = render(helm, *ON, "--set", "injector.sidecarCredentials=podServiceAccount")
-    assert [s["metadata"]["name"] for s in by_kind(docs, "Secret")] == ["mq-mqbalance-injector-tls"]
-    (deployment,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-injector")]
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert not [a for a in args if a.startswith("--token-secret")]
+    # No token Secret (a token that never expires and names no pod): a sidecar uses its pod's own.
+    (secret,) = by_kind(docs, "Secret")
+    assert secret["metadata"]["name"] == "mq-mqbalance-injector-tls"
+    assert "data" not in secret
 
 
 def test_injector_is_off_by_default_and_lints_on(helm: Path) -> None:
@@ -200,7 +206,6 @@ def test_values_schema_rejects_bad_injector_values(helm: Path) -> None:
         [
             ("injector.failurePolicy=Sometimes", "injector.failurePolicy"),
             ("injector.timeoutSeconds=31", "injector.timeoutSeconds"),
-            ("injector.sidecarCredentials=borrowed", "injector.sidecarCredentials"),
             ("injector.enable=true", "enable"),
         ],
     )

@@ -28,14 +28,15 @@ from mqbalance.injector.spec import (
     CONTAINER_NAME,
     GROUP_ANNOTATION,
     NAMESPACE_LABEL,
+    NAMESPACE_LABEL_VALUE,
     POD_LABEL,
     TOKEN_VOLUME,
     SidecarSettings,
     sidecar_container,
+    token_volume,
 )
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-TOKEN_SECRET = "mq-sidecar-token"
 TLS_SECRET = "mq-injector-tls"
 
 
@@ -83,13 +84,27 @@ class Injector:
             return err.code, json.loads(err.read())
 
     def create_pod(
-        self, namespace: str, annotations: dict[str, str] | None = None, **spec: Any
+        self,
+        namespace: str,
+        annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        **spec: Any,
     ) -> tuple[int, Any]:
+        """A pod; ``labels`` default to the opt-in label (``{}``: none)."""
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"generateName": "consumer-", "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "app", "image": "example/orders:1"}], **spec},
+            "metadata": {
+                "generateName": "consumer-",
+                "annotations": annotations or {},
+                "labels": {NAMESPACE_LABEL: NAMESPACE_LABEL_VALUE} if labels is None else labels,
+            },
+            # The ServiceAccount admission plugin (off here) would set it: a projected token needs it.
+            "spec": {
+                "serviceAccountName": "default",
+                "containers": [{"name": "app", "image": "example/orders:1"}],
+                **spec,
+            },
         }
         return self.cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
 
@@ -138,11 +153,7 @@ def _start(cluster: LocalCluster, namespace: str, tmp_path: Path, *extra: str) -
                 "namespaceSelector": {
                     "matchLabels": {"mqbalance.io/injector-test": run, NAMESPACE_LABEL: "enabled"}
                 },
-                "objectSelector": {
-                    "matchExpressions": [
-                        {"key": NAMESPACE_LABEL, "operator": "NotIn", "values": ["disabled"]}
-                    ]
-                },
+                "objectSelector": {"matchLabels": {NAMESPACE_LABEL: NAMESPACE_LABEL_VALUE}},
             }
         ],
     }
@@ -159,7 +170,6 @@ def _start(cluster: LocalCluster, namespace: str, tmp_path: Path, *extra: str) -
             "--hosts=127.0.0.1",
             "--host=127.0.0.1",
             f"--port={port}",
-            f"--token-secret={TOKEN_SECRET}",
             *extra,
         ),
         cluster_env(cluster),
@@ -232,18 +242,17 @@ def test_annotated_pods_in_labelled_namespaces_get_the_sidecar_and_nothing_else_
     pod = _create_injected(injector, {GROUP_ANNOTATION: "orders-consumer"})
     assert _names(pod) == ["app", CONTAINER_NAME]
     sidecar = pod["spec"]["containers"][1]
-    expected = sidecar_container(SidecarSettings(), "orders-consumer", token_secret=TOKEN_SECRET)
+    expected = sidecar_container(SidecarSettings(), "orders-consumer", own_token=True)
     # The API server fills in defaults (probe timeouts, a fieldRef's apiVersion...): all we set is there.
     assert _holds(sidecar, expected), f"{sidecar}\nlacks some of\n{expected}"
     assert pod["spec"]["terminationGracePeriodSeconds"] == 60  # above the 45 s drain, not the default 30
-    assert {"name": TOKEN_VOLUME, "secret": {"secretName": TOKEN_SECRET, "defaultMode": 420}} in pod["spec"][
-        "volumes"
-    ]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == TOKEN_VOLUME]
+    assert _holds(volume, token_volume())  # a projected token of the pod's own account, bound to the pod
     assert pod["metadata"]["labels"][POD_LABEL] == "true"
     assert "volumeMounts" not in pod["spec"]["containers"][0]  # the application gets no token of ours
 
-    # No annotation, or a namespace that did not opt in: untouched.
-    status, plain = injector.create_pod(injector.namespace)
+    # A pod that does not opt in by label, or a namespace that did not: never sent to the injector.
+    status, plain = injector.create_pod(injector.namespace, {GROUP_ANNOTATION: "orders-consumer"}, labels={})
     assert status == 201, plain
     assert _names(plain) == ["app"]
     assert plain["spec"]["terminationGracePeriodSeconds"] == 30
@@ -264,10 +273,11 @@ def test_annotated_pods_in_labelled_namespaces_get_the_sidecar_and_nothing_else_
         "mqbalance/mqbalance:custom",
     ]
 
-    # A pod whose annotation names no valid group is refused, saying why.
-    status, refused = injector.create_pod(injector.namespace, {GROUP_ANNOTATION: "Orders_Consumer"})
-    assert status == 400, refused
-    assert GROUP_ANNOTATION in refused["message"]
+    # A pod whose annotation names no valid group, or none at all, is refused, saying why.
+    for asked in ({GROUP_ANNOTATION: "Orders_Consumer"}, {}):
+        status, refused = injector.create_pod(injector.namespace, asked)
+        assert status == 400, refused
+        assert GROUP_ANNOTATION in refused["message"]
 
 
 def test_a_bad_admission_review_gets_a_4xx_json_error(injector: Injector) -> None:

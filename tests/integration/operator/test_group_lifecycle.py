@@ -10,7 +10,7 @@ from kubernetes import client
 from harness import kubelet
 from harness.polling import wait_for, work_timeout
 from harness.processes import OperatorProcess
-from mqbalance.contract import read_topic
+from mqbalance.contract import SIDECAR_GROUP_ANNOTATION, read_topic
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator.conftest import Testbed
 from tests.integration.operator_support import (
@@ -172,6 +172,34 @@ def test_idle_members_are_degraded(testbed: Testbed) -> None:
     doc = wait_generation(api, ns, name, 1)
     status = status_for(api, ns, name, doc.generation)
     assert condition(status, "Degraded")["reason"] == "IdleMembers"
+
+
+def test_a_pod_started_without_its_sidecar_holds_no_queues(testbed: Testbed) -> None:
+    """A pod that asked for the sidecar (its annotation) but was started without one (not labelled for
+    injection, or admitted while the injector was away with failurePolicy Ignore) serves nothing: it is
+    Ready, yet no member, so its share stays with the pods that serve, and the status says why."""
+    api, ns, name = testbed.api, testbed.ns, "nosidecar"
+    nodes = testbed.nodes
+    brokers = _setup(api, ns, name, nodes, 2)
+    doc = wait_generation(api, ns, name, 1)
+    kubelet.create_pod(api, ns, f"{name}-bare", {"app": name}, annotations={SIDECAR_GROUP_ANNOTATION: name})
+    kubelet.bind_pod(api, ns, f"{name}-bare", nodes[0])
+    kubelet.set_pod_ready(api, ns, f"{name}-bare", True)
+
+    def reported() -> dict[str, Any] | None:
+        status = status_of(api, ns, name)
+        listed = status.get("notServingPods") or []
+        return status if [p["name"] for p in listed] == [f"{name}-bare"] else None
+
+    status = wait_for("the pod without its sidecar in the group's status", reported)
+    (bare,) = status["notServingPods"]
+    assert bare["reason"] == "SidecarMissing"
+    assert "mqbalance.io/sidecar-injection=enabled" in bare["message"]
+    now = read_document(api, ns, name)
+    assert now is not None
+    assert now.generation == doc.generation  # no new generation: it never joined
+    assert set(now.members) == {f"{name}-0", f"{name}-1"}
+    check_document(now, _readable(brokers, name))
 
 
 def test_burst_of_pod_changes_in_one_window_is_one_generation(testbed: Testbed) -> None:
