@@ -24,14 +24,15 @@ def test_replay_runs_as_driver_and_two_executor_pods_and_matches_single_process(
 ) -> None:
     image = spark_k8s.replay_image()
     spark_k8s.import_image(node, image)
-    namespace = RELEASE_NAMESPACE
-    # The chart's switch for the driver's ServiceAccount and Role.
-    helm(node, "upgrade", RELEASE, str(CHART), "-n", namespace, "--reuse-values",
+    # The chart's switch for the driver's ServiceAccount and Role, in the replay's own namespace
+    # ("<release namespace>-replay", which the chart creates): its pods never run beside the operator's.
+    helm(node, "upgrade", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--reuse-values",
          "--set", "replay.enabled=true", "--wait", "--timeout", f"{scaled(120):.0f}s")  # fmt: skip
+    namespace = f"{RELEASE_NAMESPACE}-replay"
     service_account = f"{RELEASE}-replay"
 
     # The journal as a user collects it: the operator's log (its journal lines among the rest).
-    log = node.kubectl("logs", "-n", namespace, operator_pod(node), timeout=60).stdout
+    log = node.kubectl("logs", "-n", RELEASE_NAMESPACE, operator_pod(node), timeout=60).stdout
     journal = tmp_path / "operator.log"
     journal.write_text(log)
     records = sum(1 for line in log.splitlines() if f'"{KIND}"' in line)
