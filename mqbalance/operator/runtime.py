@@ -229,6 +229,7 @@ class Runtime:
             health["work"] = {"queued": len(queue), "working": queue.busy, "later": queue.waiting}
             problems = self._stuck()
             if problems:
+                logger.warning("/healthz fails: %s", "; ".join(problems))
                 health["problems"] = problems
         if self._shards is not None:
             health["shards"] = sorted(self._shards.owned)

@@ -31,8 +31,6 @@ from tests.unit.test_operator_loop import CM_PATH, NS, TOPIC, FakeRoutes, Harnes
 
 pytestmark = pytest.mark.asyncio
 
-STATUS = "/apis/mqbalance.io/v1alpha1/namespaces/ns/{}/{}/status"
-
 
 def response(opaque: int, body: bytes) -> bytes:
     return encode(RemotingCommand(code=0, opaque=opaque, flag=1, body=body))
@@ -102,9 +100,9 @@ def status_patches(h: Harness, plural: str) -> list[dict[str, Any]]:
     ]
 
 
-async def until(check: Callable[[], bool], rounds: int = 500) -> None:
+async def until(check: Callable[[], bool], seconds: float = 30.0) -> None:
     """Let the loop run until ``check`` holds (reads over loopback take real time)."""
-    for _ in range(rounds):
+    for _ in range(int(seconds / 0.01)):
         if check():
             return
         await asyncio.sleep(0.01)
