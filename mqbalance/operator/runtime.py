@@ -247,7 +247,7 @@ class Runtime:
         problems = []
         ended = [t for t in self._workers if t.done()]
         if ended:
-            why = sorted({"cancelled" if t.cancelled() else f"{type(t.exception()).__name__}" for t in ended})
+            why = sorted({_ending(t) for t in ended})
             problems.append(f"{len(ended)} of {len(self._workers)} workers ended: {', '.join(why)}")
         controller = self.controller
         assert controller is not None
@@ -282,6 +282,14 @@ class Runtime:
             self.controller.journal.close()
         if self._client is not None:
             await self._client.close()
+
+
+def _ending(task: asyncio.Task[None]) -> str:
+    """How a task ended: cancelled, the exception's type, or returned."""
+    if task.cancelled():
+        return "cancelled"
+    error = task.exception()
+    return type(error).__name__ if error is not None else "returned"
 
 
 def create_informers(
