@@ -23,7 +23,7 @@ help:
 	@echo "make test-chaos     the nemesis suite: every fault on three real nodes with RocketMQ messages (root)"
 	@echo "make test-unit      only the fast tests that need no control plane or Spark"
 	@echo "make test-mutation  the operator tests against deliberately broken operators: each must fail"
-	@echo "make test-slow      the long variants of the reliability tests"
+	@echo "make test-slow      the long variants of the reliability tests and the decoder fuzz"
 	@echo "make lint           ruff, mypy and the import rules (.importlinter)"
 	@echo "make bench          run the benchmarks in bench/ (prints tables)"
 	@echo "make bench-fleet    kwok's fake nodes: cold start, node loss, rollout, sidecar watches, zone outage (docs/scale.md)"
@@ -133,10 +133,10 @@ test-unit: venv
 test-mutation: venv control-plane
 	MQBALANCE_K8S_VERSION=current $(BIN)/pytest -m mutation tests/mutation -s
 
-# The long variants of the reliability tests (marked slow; docs/reliability.md says which and why
+# The long variants of the reliability tests and the decoder fuzz (marked slow; docs/reliability.md says which and why
 # CI leaves them out).
 test-slow: venv control-plane
-	MQBALANCE_K8S_VERSION=current $(BIN)/pytest --run-slow -m slow tests/integration
+	MQBALANCE_K8S_VERSION=current $(BIN)/pytest --run-slow -m slow tests/unit tests/integration
 
 test-node: venv node images rocketmq
 	$(BIN)/pytest -m node tests/node

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbalance.json_limits import MAX_DEPTH, JsonError, TooDeep, loads, text_of
 from mqbalance.model import Assignment, MessageQueue
 
 GET_CONSUME_STATS = 208
@@ -72,9 +73,13 @@ def parse_fastjson_object_keys(text: str) -> Any:
     """JSON as fastjson writes it, where a map's keys may be objects, numbers or strings.
 
     Objects become dicts; a key that is itself an object becomes a tuple of its sorted
-    ``(name, value)`` pairs, so that it can be a dict key.
+    ``(name, value)`` pairs, so that it can be a dict key. ConsumeStatsError for anything else,
+    nesting deeper than :data:`~mqbalance.json_limits.MAX_DEPTH` included.
     """
-    value, end = _value(text, _skip(text, 0))
+    try:
+        value, end = _value(text, _skip(text, 0), 1)
+    except TypeError as exc:  # a key that cannot be one: unhashable, or of items that do not sort
+        raise ConsumeStatsError(f"a map key that cannot be one: {exc}") from None
     if _skip(text, end) != len(text):
         raise ConsumeStatsError(f"text after the value at {end}: {text[end : end + 40]!r}")
     return value
@@ -86,19 +91,21 @@ def _skip(text: str, i: int) -> int:
     return i
 
 
-def _value(text: str, i: int) -> tuple[Any, int]:
+def _value(text: str, i: int, depth: int) -> tuple[Any, int]:
     if i >= len(text):
         raise ConsumeStatsError("unexpected end of the body")
     c = text[i]
+    if c in "{[" and depth > MAX_DEPTH:
+        raise ConsumeStatsError(f"nested deeper than {MAX_DEPTH} levels at {i}")
     if c == "{":
-        return _object(text, i + 1)
+        return _object(text, i + 1, depth + 1)
     if c == "[":
         items: list[Any] = []
         i = _skip(text, i + 1)
         if i < len(text) and text[i] == "]":
             return items, i + 1
         while True:
-            item, i = _value(text, _skip(text, i))
+            item, i = _value(text, _skip(text, i), depth + 1)
             items.append(item)
             i = _skip(text, i)
             if i < len(text) and text[i] == ",":
@@ -122,17 +129,20 @@ def _value(text: str, i: int) -> tuple[Any, int]:
     if match is None:
         raise ConsumeStatsError(f"unexpected {text[i : i + 20]!r} at {i}")
     token = match.group()
-    number: int | float = float(token) if any(ch in token for ch in ".eE") else int(token)
+    try:
+        number: int | float = float(token) if any(ch in token for ch in ".eE") else int(token)
+    except ValueError as exc:  # more digits than int() takes
+        raise ConsumeStatsError(f"bad number at {i}: {exc}") from None
     return number, match.end()
 
 
-def _object(text: str, i: int) -> tuple[dict[Any, Any], int]:
+def _object(text: str, i: int, depth: int) -> tuple[dict[Any, Any], int]:
     out: dict[Any, Any] = {}
     i = _skip(text, i)
     if i < len(text) and text[i] == "}":
         return out, i + 1
     while True:
-        key, i = _value(text, _skip(text, i))
+        key, i = _value(text, _skip(text, i), depth)
         if isinstance(key, dict):
             key = tuple(sorted(key.items()))
         elif isinstance(key, list):
@@ -140,7 +150,7 @@ def _object(text: str, i: int) -> tuple[dict[Any, Any], int]:
         i = _skip(text, i)
         if i >= len(text) or text[i] != ":":
             raise ConsumeStatsError(f"expected ':' at {i}")
-        value, i = _value(text, _skip(text, i + 1))
+        value, i = _value(text, _skip(text, i + 1), depth)
         out[key] = value
         i = _skip(text, i)
         if i < len(text) and text[i] == ",":
@@ -159,26 +169,29 @@ def _parse_body(text: str) -> Any:
     """The fast way first: flat object keys quoted into strings, then the C JSON parser (a
     thousand queues in about a millisecond); the general parser when that fails."""
     try:
-        document = json.loads(_FLAT_OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), text))
-    except ValueError:
+        document = loads(_FLAT_OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), text))
+    except TooDeep as exc:
+        raise ConsumeStatsError(f"body is {exc}") from None
+    except JsonError:
         return parse_fastjson_object_keys(text)
     table = document.get("offsetTable") if isinstance(document, dict) else None
     if isinstance(table, dict):
         try:
             document["offsetTable"] = {
-                tuple(sorted(json.loads(k).items())) if k.startswith("{") else k: v for k, v in table.items()
+                tuple(sorted(loads(k).items())) if k.startswith("{") else k: v for k, v in table.items()
             }
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError):  # not a MessageQueue: the general parser says why
             return parse_fastjson_object_keys(text)
     return document
 
 
 def decode_consume_stats(body: bytes) -> ConsumeStats:
-    """The body of a successful GET_CONSUME_STATS response (4.x and 5.x write the same form)."""
+    """The body of a successful GET_CONSUME_STATS response (4.x and 5.x write the same form);
+    ConsumeStatsError for any other bytes."""
     try:
-        document = _parse_body(body.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConsumeStatsError(f"body is not UTF-8: {exc}") from None
+        document = _parse_body(text_of(body))
+    except JsonError as exc:
+        raise ConsumeStatsError(f"body is {exc}") from None
     if not isinstance(document, dict):
         raise ConsumeStatsError(f"ConsumeStats is not an object: {body[:200]!r}")
     table = document.get("offsetTable") or {}
@@ -187,7 +200,7 @@ def decode_consume_stats(body: bytes) -> ConsumeStats:
     offsets: dict[MessageQueue, QueueOffsets] = {}
     try:
         for key, wrapper in table.items():
-            mq = dict(key) if isinstance(key, tuple) else json.loads(key) if isinstance(key, str) else None
+            mq = dict(key) if isinstance(key, tuple) else loads(key) if isinstance(key, str) else None
             if not isinstance(mq, dict) or not isinstance(wrapper, dict):
                 raise ConsumeStatsError(f"offsetTable entry {key!r} is not a MessageQueue and OffsetWrapper")
             queue = MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))
@@ -200,7 +213,7 @@ def decode_consume_stats(body: bytes) -> ConsumeStats:
                 last_timestamp=int(wrapper.get("lastTimestamp", 0) or 0),
             )
         tps = float(document.get("consumeTps") or 0.0)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, ConsumeStatsError):
             raise
         raise ConsumeStatsError(f"ConsumeStats lacks or mistypes {exc}: {body[:300]!r}") from None

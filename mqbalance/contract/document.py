@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqbalance.contract.handover import HandoverMode
+from mqbalance.json_limits import JsonError, loads
 from mqbalance.model import Assignment, MessageQueue, sort_queues
 
 CONFIGMAP_KEY = "assignment.json"
@@ -53,10 +54,11 @@ class DocumentError(ValueError):
 
 
 def load_json(text: str, what: str) -> Any:
-    """``text`` parsed as JSON; a DocumentError that names ``what`` if it is not."""
+    """``text`` parsed as JSON; a DocumentError that names ``what`` if it is not (or is nested
+    deeper than any document: :data:`~mqbalance.json_limits.MAX_DEPTH`)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
+        return loads(text)
+    except JsonError as e:
         raise DocumentError(f"{what} is not JSON: {e}") from None
 
 
@@ -64,7 +66,7 @@ def load_json(text: str, what: str) -> Any:
 def reading(what: str, *also: type[Exception]) -> Iterator[None]:
     """Turn what goes wrong while reading ``what`` out of parsed JSON into one DocumentError: a
     missing field by its name, a value of the wrong type (or one of ``also``) as malformed."""
-    malformed: tuple[type[Exception], ...] = (TypeError, ValueError, *also)
+    malformed: tuple[type[Exception], ...] = (TypeError, ValueError, OverflowError, *also)
     try:
         yield
     except DocumentError:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mqbalance.json_limits import loads
+
 
 def releases_configmap_name(group_resource: str) -> str:
     """Name of the ConfigMap that holds a ConsumerGroup's release acknowledgements."""
@@ -48,7 +50,7 @@ def decode_acks(data: Mapping[str, Any] | None) -> dict[str, Ack]:
     acks: dict[str, Ack] = {}
     for pod, text in (data or {}).items():
         try:
-            value = json.loads(text)
+            value = loads(text)
             generation = value["generation"]
         except (TypeError, ValueError, KeyError):
             continue

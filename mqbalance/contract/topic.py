@@ -37,6 +37,8 @@ class BrokerEntry:
 
 DEFAULT_POLL_SECONDS = 30.0
 """How often a NameServer route is read again: the Java client's pollNameServerInterval."""
+MAX_POLL_SECONDS = 3600
+"""The schema's maximum of ``pollSeconds``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,7 @@ def read_name_server(spec: Mapping[str, Any] | None) -> NameServerSpec | None:
     return NameServerSpec(
         tuple(a for a in addresses if isinstance(a, str)) if isinstance(addresses, list) else (),
         float(poll)
-        if isinstance(poll, (int, float)) and not isinstance(poll, bool) and poll >= 1
+        if isinstance(poll, (int, float)) and not isinstance(poll, bool) and 1 <= poll <= MAX_POLL_SECONDS
         else DEFAULT_POLL_SECONDS,
         secret if isinstance(secret, str) and secret else None,
     )

@@ -10,6 +10,7 @@ or of a shard another replica holds.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,8 @@ from mqbalance.operator.topic_reconciler import TopicReconciler
 from mqbalance.operator.workqueue import WorkQueue
 from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer
+
+logger = logging.getLogger("mqbalance.operator")
 
 
 class Controller(World):
@@ -47,7 +50,7 @@ class Controller(World):
         self.owns: Callable[[str, str], bool] = lambda namespace, name: True
         """Whether this replica works on a group or a Topic's status (sharding: its shard is held here)."""
         self.group_reconciler = GroupReconciler(self, writer, metrics, journal, clock)
-        self.topic_reconciler = TopicReconciler(self, writer, routes or RouteReader(), clock)
+        self.topic_reconciler = TopicReconciler(self, writer, metrics, routes or RouteReader(), clock)
 
     @property
     def writer(self) -> Writer:
@@ -58,7 +61,11 @@ class Controller(World):
         self.group_reconciler.writer = self.topic_reconciler.writer = writer
 
     async def run_worker(self) -> None:
-        """Take keys off the queue and reconcile them, until cancelled."""
+        """Take keys off the queue and reconcile them, until cancelled.
+
+        Whatever one key's work raises (the reconcilers report what they catch on the resource;
+        this is what escapes them), the worker goes on, as controller-runtime recovers a reconcile
+        that panics: the key is logged, counted and retried with its backoff."""
         await self.synced.wait()
         while True:
             key = await self.queue.get()
@@ -70,6 +77,10 @@ class Controller(World):
                     await self.group_reconciler.work(namespace, name)
                 else:
                     await self.topic_reconciler.work(namespace, name)
+            except Exception:
+                delay = self.queue.add_rate_limited(key)
+                logger.exception("work on %s %s/%s failed; retrying in %g s", *key, delay)
+                self.metrics.reconcile_errors.labels("internal").inc()
             finally:
                 self.queue.done(key)
 

@@ -34,6 +34,7 @@ from mqbalance.operator.metrics import LagFigures, OperatorMetrics
 from mqbalance.operator.reconcile import Observed, Outcome, reconcile
 from mqbalance.operator.spec import selector_or_none
 from mqbalance.operator.state import GroupState
+from mqbalance.operator.status import reconcile_failed
 from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer, merge_patch, published_from
 
@@ -73,25 +74,45 @@ class GroupReconciler:
             if state.conflicts <= CONFLICT_RETRIES:
                 self.world.queue.add(key)
             else:
-                self._retry_later(state, "api", e)
+                self._retry_later(state, "api", str(e))
         except ApiError as e:
-            self._retry_later(state, "api", e)
+            self._retry_later(state, "api", str(e))
         except Exception as e:
             logger.exception("reconcile of %s/%s failed", namespace, name)
-            self._retry_later(state, "internal", e)
+            error = f"{type(e).__name__}: {e}"
+            self._retry_later(state, "internal", error)
+            await self._report_failure(state, error)
         else:
             self.world.queue.forget_failures(key)
             state.conflicts = 0
             result = "published" if outcome.document else "invalid" if outcome.invalid else "unchanged"
             self.metrics.reconciles.labels(result).inc()
 
-    def _retry_later(self, state: GroupState, kind: str, error: Exception) -> None:
+    def _retry_later(self, state: GroupState, kind: str, error: str) -> None:
+        """Count, log and post the failure, and requeue the group with backoff."""
         self.metrics.reconcile_errors.labels(kind).inc()
         self.metrics.reconciles.labels("error").inc()
         delay = self.world.queue.add_rate_limited(("group", state.namespace, state.name))
         message = f"{error}; retrying in {delay:g}s"
         logger.warning("%s/%s: %s", state.namespace, state.name, message)
         self.writer.post_event(state.body, "Warning", "ReconcileFailed", message)
+
+    async def _report_failure(self, state: GroupState, error: str) -> None:
+        """A reconcile raised: Ready says why, the published assignment and its figures stay.
+        (An API error does not get here: the status write would meet the API server's trouble too.)"""
+        current = state.written_status or {}
+        generation = int(state.body["metadata"].get("generation") or 0)
+        status = reconcile_failed(current, error, self.clock(), generation)
+        if status == current:  # the same failure again
+            return
+        try:
+            await self.writer.patch_status(
+                state.namespace, CONSUMER_GROUPS, state.name, merge_patch(state.written_status, status)
+            )
+        except ApiError as e:
+            logger.warning("%s/%s: status not written: %s", state.namespace, state.name, e)
+            return
+        state.written_status = status
 
     async def reconcile_group(self, state: GroupState) -> Outcome:
         started = time.perf_counter()

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from mqbalance.operator.settings import OperatorConfig
+from mqbalance.operator.settings import DEFAULT_PROGRESS_DEADLINE, OperatorConfig
 from mqbalance.rocketmq.nameserver import parse_addresses
 
 
@@ -69,6 +69,14 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
     )
     parser.add_argument(
         "--workers", type=int, default=8, metavar="N", help="groups reconciled at once (default 8)"
+    )
+    parser.add_argument(
+        "--progress-deadline",
+        type=float,
+        default=DEFAULT_PROGRESS_DEADLINE,
+        metavar="SECONDS",
+        help="/healthz fails when keys have waited this long with no reconcile started or finished "
+        f"(default {DEFAULT_PROGRESS_DEADLINE:g})",
     )
     parser.add_argument(
         "--name-server",
@@ -170,6 +178,8 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         parser.error("--shard-by needs --shards N (N > 1)")
     if not 1 <= args.workers <= 256:
         parser.error("--workers must be from 1 to 256")
+    if not 30 <= args.progress_deadline <= 86400:
+        parser.error("--progress-deadline must be from 30 to 86400 seconds")
     if args.name_server:
         try:
             parse_addresses(args.name_server)
@@ -209,6 +219,7 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         shards=args.shards,
         shard_by=args.shard_by,
         workers=args.workers,
+        progress_deadline=args.progress_deadline,
         kubeconfig=args.kubeconfig,
         debounce_override=args.debounce_override,
         name_server=args.name_server,

@@ -343,15 +343,19 @@ class OperatorMetrics:
 
 
 def create_app(registry: CollectorRegistry, health: Callable[[], dict[str, Any]]) -> web.Application:
-    """``/metrics`` in the Prometheus text format and ``/healthz`` for the liveness probe."""
+    """``/metrics`` in the Prometheus text format and ``/healthz`` for the liveness probe: 503 with
+    the ``problems`` that ``health`` names, if any."""
 
     async def metrics(request: web.Request) -> web.Response:
         body = exposition(registry, request.query.getall("name[]", []))
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
-        # Answering at all proves the event loop is not blocked.
-        return web.json_response({"status": "ok", **health()})
+        # Answering at all proves the event loop is not blocked; problems say the work loop is stuck.
+        state = health()
+        if state.get("problems"):
+            return web.json_response({"status": "failing", **state}, status=503)
+        return web.json_response({"status": "ok", **state})
 
     app = web.Application()
     app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz)])

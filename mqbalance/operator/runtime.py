@@ -56,6 +56,7 @@ class Runtime:
         self.config = config
         self.exit_code = 0
         self._tasks: list[asyncio.Task[Any]] = []
+        self._workers: list[asyncio.Task[None]] = []
         self._http: web.AppRunner | None = None
         self._external: web.AppRunner | None = None
         self._client: KubeClient | None = None
@@ -125,7 +126,10 @@ class Runtime:
                 scopes.set_known(config.namespaces)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
         tasks.append(asyncio.create_task(wait_synced(controller, informers), name="synced"))
-        tasks += [asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)]
+        self._workers = [
+            asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)
+        ]
+        tasks += self._workers
         tasks.append(asyncio.create_task(writer.run_event_poster(), name="events"))
         if config.lag_interval > 0:  # its own loop: never on a reconcile's path
             reader = OffsetReader(
@@ -216,12 +220,17 @@ class Runtime:
         return Leadership(lease, leader=leader, shards=1, shards_held=int(leader))
 
     def _health(self) -> dict[str, Any]:
+        """What /healthz answers; with ``problems`` it fails (the liveness probe restarts the pod)."""
         if self.standby:
             return {"standby": True, "groups": 0}
         health: dict[str, Any] = {"groups": len(self.controller.groups) if self.controller else 0}
         if self.controller is not None:
             queue = self.controller.queue
             health["work"] = {"queued": len(queue), "working": queue.busy, "later": queue.waiting}
+            problems = self._stuck()
+            if problems:
+                logger.warning("/healthz fails: %s", "; ".join(problems))
+                health["problems"] = problems
         if self._shards is not None:
             health["shards"] = sorted(self._shards.owned)
             health["members"] = list(self._shards.members)
@@ -230,6 +239,27 @@ class Runtime:
         if self._scopes is not None:
             health["namespaces"] = self._scopes.watched
         return health
+
+    def _stuck(self) -> list[str]:
+        """Why the work loop cannot make progress: a worker ended (run_worker ends only when
+        cancelled, so this is a bug), or keys waited the progress deadline with no key taken or
+        finished (every worker is stuck in a reconcile). Judged once the caches are listed."""
+        problems = []
+        ended = [t for t in self._workers if t.done()]
+        if ended:
+            why = sorted({_ending(t) for t in ended})
+            problems.append(f"{len(ended)} of {len(self._workers)} workers ended: {', '.join(why)}")
+        controller = self.controller
+        assert controller is not None
+        stalled = controller.queue.stalled_for()
+        deadline = self.config.progress_deadline
+        if controller.synced.is_set() and stalled >= deadline:
+            busy = ", ".join(" ".join((k[0], f"{k[1]}/{k[2]}")) for k in sorted(controller.queue.active()))
+            problems.append(
+                f"{len(controller.queue)} keys queued and none taken or finished for {stalled:.0f} s "
+                f"(--progress-deadline {deadline:g}); {controller.queue.busy} busy: {busy}"
+            )
+        return problems
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -252,6 +282,14 @@ class Runtime:
             self.controller.journal.close()
         if self._client is not None:
             await self._client.close()
+
+
+def _ending(task: asyncio.Task[None]) -> str:
+    """How a task ended: cancelled, the exception's type, or returned."""
+    if task.cancelled():
+        return "cancelled"
+    error = task.exception()
+    return type(error).__name__ if error is not None else "returned"
 
 
 def create_informers(
@@ -339,7 +377,7 @@ def topic_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     status = body.get("status") or {}
     snapshot: dict[str, Any] = compact(
         {
-            "metadata": _meta(body, "namespace", "name", "generation"),
+            "metadata": _meta(body, "namespace", "name", "uid", "generation"),  # uid: its Events
             "spec": body.get("spec") or {},
             # Only what the operator writes there: to tell whether it must write it again.
             "status": {k: status[k] for k in TOPIC_STATUS_FIELDS if k in status},

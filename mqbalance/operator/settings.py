@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 from mqbalance.operator.shards import ShardBy
 
+DEFAULT_PROGRESS_DEADLINE = 300.0
+"""Seconds keys may wait with no reconcile started or finished before /healthz fails. A reconcile
+makes a handful of API requests of at most 30 s each (a route read, 3 s per NameServer), and
+every worker would have to be stuck in one for the queue not to move: five minutes of that is a
+stuck loop, not a slow API server, and a restart is the way out."""
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
@@ -29,6 +35,8 @@ class OperatorConfig:
     """Use this debounce window for every group instead of its spec.debounceSeconds."""
     workers: int = 8
     """Keys reconciled at once (each key by one worker at a time)."""
+    progress_deadline: float = DEFAULT_PROGRESS_DEADLINE
+    """/healthz fails once keys have waited this long with no key taken or finished meanwhile."""
     max_requests: int = 32
     """API requests (not watches) in flight at once."""
     name_server: str | None = None

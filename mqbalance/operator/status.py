@@ -206,3 +206,20 @@ def not_serving_summary(pods: Sequence[PodInfo]) -> str:
 def int_field(value: Any) -> int:
     """An integer status field, 0 when absent or not an integer (status is anyone's to edit)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def reconcile_failed(status: Mapping[str, Any], message: str, now: float, generation: int) -> dict[str, Any]:
+    """The status after a reconcile that raised: the last one written, figures and published
+    generation kept, with Ready False for ``ReconcileFailed`` and ``message``."""
+    assigned = int_field(status.get("assignmentGeneration"))
+    kept = f"generation {assigned} stays published" if assigned else "nothing is published yet"
+    conditions = set_condition(
+        list(status.get("conditions") or []),
+        "Ready",
+        "False",
+        "ReconcileFailed",
+        f"{message}; {kept}",
+        now,
+        generation,
+    )
+    return {**status, "conditions": conditions}

@@ -11,11 +11,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mqbalance.contract import TOPICS, TopicSpec, read_topic_spec
+from mqbalance.contract import TOPIC_KIND, TOPICS, TopicSpec, read_topic_spec
 from mqbalance.kube import ApiError
+from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.state import TopicState
-from mqbalance.operator.topics import topic_status
+from mqbalance.operator.topics import reconcile_failed, topic_status
 from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer, merge_patch
 
@@ -28,12 +29,14 @@ class TopicReconciler:
 
     world: World
     writer: Writer
+    metrics: OperatorMetrics
     routes: RouteReader
     """Reads the routes of Topics that name a NameServer."""
     clock: Callable[[], float]
 
     async def work(self, namespace: str, name: str) -> None:
-        """Write the Topic's status; requeue it with backoff when the API server refuses."""
+        """Write the Topic's status; requeue it with backoff when the API server refuses, or when
+        anything else goes wrong (a bug): that is reported on the Topic too."""
         state = self.world.topics.get((namespace, name))
         if state is None:
             return
@@ -41,12 +44,38 @@ class TopicReconciler:
         try:
             await self.update_topic_status(state)
         except ApiError as e:
+            self.metrics.reconcile_errors.labels("api").inc()
             delay = self.world.queue.add_rate_limited(key)
             logger.warning(
                 "status of Topic %s/%s not written: %s; retrying in %g s", namespace, name, e, delay
             )
+        except Exception as e:
+            logger.exception("reconcile of Topic %s/%s failed", namespace, name)
+            self.metrics.reconcile_errors.labels("internal").inc()
+            delay = self.world.queue.add_rate_limited(key)
+            await self.report_failure(state, f"{type(e).__name__}: {e}", delay)
         else:
             self.world.queue.forget_failures(key)
+
+    async def report_failure(self, state: TopicState, error: str, delay: float) -> None:
+        """A Warning Event and the RouteAvailable condition say why; the route read before stays.
+
+        The condition leaves the delay out, so the same failure again writes nothing: our own
+        write coming back through the watch queues the Topic at once, which would cut the backoff
+        short every time."""
+        meta = state.body["metadata"]
+        message = f"{error}; retrying in {delay:g}s"
+        self.writer.post_event({**state.body, "kind": TOPIC_KIND}, "Warning", "ReconcileFailed", message)
+        current = state.body.get("status") or {}
+        status = reconcile_failed(current, error, self.clock(), int(meta.get("generation") or 0))
+        if status == current:
+            return
+        try:
+            await self.writer.patch_status(
+                meta["namespace"], TOPICS, meta["name"], merge_patch(current, status)
+            )
+        except ApiError as e:
+            logger.warning("status of Topic %s/%s not written: %s", meta["namespace"], meta["name"], e)
 
     async def update_topic_status(self, state: TopicState) -> None:
         """Read the route if one is due (Topics that name a NameServer), then write the status."""

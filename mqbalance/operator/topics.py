@@ -102,6 +102,23 @@ def topic_status(
     return status
 
 
+def reconcile_failed(current: Mapping[str, Any], message: str, now: float, generation: int) -> dict[str, Any]:
+    """The status after a reconcile that raised: the one written before, its route and counts
+    kept, with RouteAvailable False for ``ReconcileFailed`` and ``message``."""
+    held = "keeping the route read before" if current.get("route") else "keeping the status written before"
+    conditions = set_condition(
+        [dict(c) for c in current.get("conditions") or []],
+        "RouteAvailable",
+        "False",
+        "ReconcileFailed",
+        f"{message}; {held}",
+        now,
+        generation,
+        CONDITION_TYPES,
+    )
+    return {**current, "conditions": conditions}
+
+
 def route_drift(entries: Sequence[BrokerEntry], brokers: Sequence[Broker]) -> list[str]:
     """Where ``spec.brokers`` disagrees with the route read: brokers it names that the route lacks,
     queue counts or zones it gives that differ (its zone is used), and (when it lists any broker)

@@ -8,6 +8,9 @@ changes inside a window becomes one reconcile at its end. A key whose processing
 back with :meth:`WorkQueue.add_rate_limited`, after a backoff that doubles with each failure in
 a row until :meth:`WorkQueue.forget_failures` (controller-runtime's AddRateLimited and Forget).
 Time comes from an injected :class:`Timer`, so tests drive it by hand.
+
+The queue also says whether its keys move (:meth:`WorkQueue.stalled_for`): the liveness probe
+fails when keys wait and none has been taken or finished for too long.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class WorkQueue(Generic[K]):
         self._delayed: dict[K, tuple[float, asyncio.TimerHandle | None]] = {}
         self._getters: deque[asyncio.Future[K]] = deque()
         self._failures: dict[K, int] = {}
+        self._moved_at: float | None = None
+        """When a key was last taken or finished, or queued while none waited."""
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -63,6 +68,12 @@ class WorkQueue(Generic[K]):
     def busy(self) -> int:
         """How many keys are being processed now."""
         return len(self._active)
+
+    def stalled_for(self) -> float:
+        """Seconds keys have waited with no key taken or finished meanwhile; 0 while none waits."""
+        if not len(self) or self._moved_at is None:
+            return 0.0
+        return self.timer.now() - self._moved_at
 
     def active(self) -> frozenset[K]:
         """The keys being processed now."""
@@ -81,7 +92,10 @@ class WorkQueue(Generic[K]):
                 if not getter.done():
                     self._active.add(key)
                     getter.set_result(key)
+                    self._moved_at = self.timer.now()
                     return
+            if not len(self):  # the first to wait: a stall counts from here
+                self._moved_at = self.timer.now()
             self._queued.add(key)
             level = self._priority(key)
             queue = self._queues.get(level)
@@ -145,6 +159,7 @@ class WorkQueue(Generic[K]):
                 key = queue.popleft()
                 self._queued.discard(key)
                 self._active.add(key)
+                self._moved_at = self.timer.now()
                 return key
         getter: asyncio.Future[K] = asyncio.get_running_loop().create_future()
         self._getters.append(getter)
@@ -159,6 +174,7 @@ class WorkQueue(Generic[K]):
 
     def done(self, key: K) -> None:
         self._active.discard(key)
+        self._moved_at = self.timer.now()
         if key in self._again:
             self._again.discard(key)
             self.add(key)

@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mqbalance.json_limits import JsonError, TooDeep, loads, text_of
+
 
 class RequestCode(enum.IntEnum):
     """Request codes (org.apache.rocketmq.remoting.protocol.RequestCode) used here."""
@@ -206,6 +208,8 @@ def decode(frame: bytes) -> RemotingCommand:
 
 def decode_payload(payload: bytes) -> RemotingCommand:
     """A frame without its length prefix (what a stream reader hands over) to a command."""
+    if len(payload) < 4:
+        raise FrameError(f"a frame holds at least its 4-byte header length, got {len(payload)} bytes")
     (type_and_length,) = struct.unpack(">I", payload[:4])
     serialize = type_and_length >> 24
     header_length = type_and_length & 0xFFFFFF
@@ -222,25 +226,29 @@ def decode_payload(payload: bytes) -> RemotingCommand:
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
-        document = json.loads(header)
-    except ValueError as exc:
+        document = loads(header)
+    except JsonError as exc:
         raise FrameError(f"header is not JSON: {exc}: {header[:200]!r}") from None
     if not isinstance(document, dict) or not isinstance(document.get("code"), int):
         raise FrameError(f"header has no integer code: {header[:200]!r}")
     ext = document.get("extFields") or {}
-    if not isinstance(ext, dict):
-        raise FrameError(f"extFields is not an object: {header[:200]!r}")
-    return RemotingCommand(
-        code=document["code"],
-        opaque=int(document.get("opaque", 0)),
-        flag=int(document.get("flag", 0)),
-        ext_fields={str(k): str(v) for k, v in ext.items()},
-        remark=document.get("remark"),
-        body=body,
-        language=str(document.get("language", "JAVA")),
-        version=int(document.get("version", 0)),
-        serialize_type=SerializeType.JSON,
-    )
+    remark = document.get("remark")
+    if not isinstance(ext, dict) or not isinstance(remark, str | None):
+        raise FrameError(f"extFields is not an object or remark not a string: {header[:200]!r}")
+    try:
+        return RemotingCommand(
+            code=document["code"],
+            opaque=int(document.get("opaque", 0)),
+            flag=int(document.get("flag", 0)),
+            ext_fields={str(k): str(v) for k, v in ext.items()},
+            remark=remark,
+            body=body,
+            language=str(document.get("language", "JAVA")),
+            version=int(document.get("version", 0)),
+            serialize_type=SerializeType.JSON,
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameError(f"header mistypes a field ({exc}): {header[:200]!r}") from None
 
 
 def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
@@ -249,7 +257,7 @@ def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
         pos = 13
         (remark_length,) = struct.unpack_from(">i", header, pos)
         pos += 4
-        remark = header[pos : pos + remark_length].decode() if remark_length > 0 else None
+        remark = _field(header, pos, remark_length).decode() if remark_length > 0 else None
         pos += max(remark_length, 0)
         (ext_length,) = struct.unpack_from(">i", header, pos)
         pos += 4
@@ -258,11 +266,11 @@ def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
         while pos < end:
             (key_length,) = struct.unpack_from(">H", header, pos)
             pos += 2
-            key = header[pos : pos + key_length].decode()
+            key = _field(header, pos, key_length).decode()
             pos += key_length
             (value_length,) = struct.unpack_from(">i", header, pos)
             pos += 4
-            ext[key] = header[pos : pos + value_length].decode()
+            ext[key] = _field(header, pos, value_length).decode()
             pos += value_length
     except (struct.error, UnicodeDecodeError) as exc:
         raise FrameError(f"malformed RocketMQ binary header: {exc}") from None
@@ -279,23 +287,37 @@ def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
     )
 
 
+def _field(header: bytes, pos: int, length: int) -> bytes:
+    """``length`` bytes at ``pos``; a negative length or one past the header's end is refused (a
+    negative one would walk the position back: the loop above would never end)."""
+    if length < 0 or pos + length > len(header):
+        raise struct.error(f"field of {length} bytes at {pos} outside the {len(header)}-byte header")
+    return header[pos : pos + length]
+
+
 # -- fastjson bodies ----------------------------------------------------------------------------
 
 
 def parse_fastjson(data: bytes | str) -> Any:
-    """Parse a body written by fastjson, standard JSON or not.
+    """Parse a body written by fastjson, standard JSON or not; FrameError for anything else
+    (not UTF-8, not JSON, nested deeper than :data:`~mqbalance.json_limits.MAX_DEPTH`).
 
     fastjson leaves integer map keys unquoted (``{0:"addr"}``) unless told otherwise; they are
     quoted here before parsing, outside string literals only.
     """
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
     try:
-        return json.loads(text)
-    except ValueError:
-        pass
+        text = text_of(data)
+    except JsonError as exc:
+        raise FrameError(f"body is {exc}") from None
     try:
-        return json.loads("".join(_quote_bare_keys(text)))
-    except ValueError as exc:
+        return loads(text)
+    except TooDeep as exc:
+        raise FrameError(f"body is {exc}") from None
+    except JsonError:
+        pass  # perhaps fastjson's bare keys
+    try:
+        return loads("".join(_quote_bare_keys(text)))
+    except JsonError as exc:
         raise FrameError(f"body is not JSON, even as fastjson writes it: {exc}: {text[:200]!r}") from None
 
 

@@ -167,7 +167,7 @@ class TopicRouteData:
 
 
 def decode_topic_route(topic: str, body: bytes) -> TopicRouteData:
-    """The body of a successful GET_ROUTEINFO_BY_TOPIC response."""
+    """The body of a successful GET_ROUTEINFO_BY_TOPIC response; FrameError for any other bytes."""
     document = parse_fastjson(body)
     if not isinstance(document, dict):
         raise FrameError(f"route of {topic!r} is not a JSON object: {body[:200]!r}")
@@ -183,9 +183,11 @@ def decode_topic_route(topic: str, body: bytes) -> TopicRouteData:
             for q in document.get("queueDatas") or []
         )
         brokers = tuple(_broker_data(b) for b in document.get("brokerDatas") or [])
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"route of {topic!r} lacks or mistypes {exc}: {body[:300]!r}") from None
     conf = document.get("orderTopicConf")
+    if not isinstance(conf, str | None):
+        raise FrameError(f"route of {topic!r}: orderTopicConf is not a string: {body[:300]!r}")
     try:
         mappings = tuple(
             QueueMapping(
@@ -197,7 +199,7 @@ def decode_topic_route(topic: str, body: bytes) -> TopicRouteData:
             )
             for name, m in sorted((document.get("topicQueueMappingByBroker") or {}).items())
         )
-    except (AttributeError, TypeError, ValueError) as exc:
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"route of {topic!r}: bad topicQueueMappingByBroker {exc}: {body[:300]!r}") from None
     return TopicRouteData(
         topic=topic, queue_datas=queues, broker_datas=brokers, order_topic_conf=conf, queue_mappings=mappings
@@ -222,10 +224,11 @@ class ClusterInfo:
 
 
 def decode_cluster_info(body: bytes) -> ClusterInfo:
+    """The body of a successful GET_BROKER_CLUSTER_INFO response; FrameError for any other bytes."""
     document = parse_fastjson(body)
     try:
         brokers = {str(k): _broker_data(v) for k, v in (document.get("brokerAddrTable") or {}).items()}
         clusters = {str(k): tuple(sorted(v)) for k, v in (document.get("clusterAddrTable") or {}).items()}
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"cluster info lacks or mistypes {exc}: {body[:300]!r}") from None
     return ClusterInfo(brokers=brokers, clusters=clusters)

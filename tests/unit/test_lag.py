@@ -102,6 +102,24 @@ def test_fastjson_parser_reads_keys_of_every_kind_and_refuses_garbage() -> None:
             decode_consume_stats(bad_body)
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{" * 100_000, "nested deeper than 64"),  # the general parser's own recursion
+        (b"[" * 100_000, "nested deeper than 64"),  # json's
+        (b'{"offsetTable":{' + b'{"a":' * 70 + b"1" + b"}" * 70 + b":{}}}", "nested deeper than 64"),
+        (b'{"consumeTps":' + b"9" * 400 + b"}", "too large to convert to float"),
+        (b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{"brokerOffset":1e400}}}', "infinity"),
+        (b"{1" + b"9" * 5000 + b":1}", "bad number"),
+        (b'{"offsetTable":{{"topic":[1]}:{}}}', "a map key that cannot be one"),
+        (b'{"offsetTable":{{"topic":"t",1:2}:{}}}', "a map key that cannot be one"),
+    ],
+)
+def test_unreadable_consume_stats_are_its_error(body: bytes, message: str) -> None:
+    with pytest.raises(ConsumeStatsError, match=message):
+        decode_consume_stats(body)
+
+
 def test_lag_is_never_negative() -> None:
     assert QueueOffsets(broker_offset=3, consumer_offset=5).lag == 0
 

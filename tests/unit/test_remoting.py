@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from mqbalance.rocketmq.remoting import (
     ResponseCode,
     SerializeType,
     decode,
+    decode_payload,
     encode,
     frame_length,
     parse_fastjson,
@@ -150,6 +152,66 @@ def test_fastjson_bare_keys(text: str, expected: object) -> None:
 def test_fastjson_garbage_is_an_error() -> None:
     with pytest.raises(FrameError, match="not JSON"):
         parse_fastjson(b"{oops")
+
+
+def json_payload(header: bytes) -> bytes:
+    return struct.pack(">I", len(header)) + header
+
+
+def binary_payload(ext: bytes) -> bytes:
+    """A binary header whose ext fields are ``ext`` (key length, key, value length, value, ...)."""
+    header = struct.pack(">hBhii", 0, 0, 479, 1, 1) + struct.pack(">i", 0) + struct.pack(">i", len(ext)) + ext
+    return struct.pack(">I", (1 << 24) | len(header)) + header
+
+
+@pytest.mark.timeout(30)  # a length that walked the position back made the decoder loop for ever
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "at least its 4-byte header length, got 0"),
+        (b"\x00\x00\x00", "at least its 4-byte header length, got 3"),
+        (json_payload(b"[" * 100_000), "header is not JSON: nested deeper than 64"),
+        (json_payload(b'{"a":\xff}'), "header is not JSON: not UTF-8"),
+        (json_payload(b'{"code":0,"opaque":1e400}'), "header mistypes a field"),
+        (json_payload(b'{"code":0,"remark":[1]}'), "remark not a string"),
+        (
+            binary_payload(struct.pack(">H", 1) + b"k" + struct.pack(">i", -7) + b"pad"),
+            "-7 bytes at 28 outside",
+        ),
+        (
+            binary_payload(struct.pack(">H", 1) + b"k" + struct.pack(">i", 9) + b"short"),
+            "9 bytes at 28 outside",
+        ),
+    ],
+)
+def test_bad_payloads_are_frame_errors(payload: bytes, message: str) -> None:
+    with pytest.raises(FrameError, match=message):
+        decode_payload(payload)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"queueDatas":"\xff"}', "body is not UTF-8"),
+        (b"[" * 100_000, "body is nested deeper than 64 levels"),
+        (b"[" * 65 + b"]" * 65, "body is nested deeper than 64 levels"),
+        (
+            b'{"queueDatas":[{"brokerName":"a","readQueueNums":1e400,"writeQueueNums":1,"perm":6}]}',
+            "infinity",
+        ),
+        (b'{"queueDatas":[{"brokerName":"a","readQueueNums":' + b"9" * 5000 + b"}]}", "not JSON"),
+        (b'{"brokerDatas":[{"brokerName":"a","brokerAddrs":[1]}]}', "has no attribute 'items'"),
+        (b'{"orderTopicConf":{}}', "orderTopicConf is not a string"),
+    ],
+)
+def test_unreadable_routes_are_frame_errors(body: bytes, message: str) -> None:
+    with pytest.raises(FrameError, match=message):
+        decode_topic_route("t", body)
+
+
+def test_the_nesting_a_route_may_have_is_far_above_what_routes_need() -> None:
+    nested = b'{"queueDatas":[]' + b',"x":' + b"[" * 62 + b"]" * 62 + b"}"
+    assert decode_topic_route("t", nested).queue_datas == ()  # 64 levels: read
 
 
 def test_route_missing_fields_is_an_error() -> None:
