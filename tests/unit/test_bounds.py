@@ -1,5 +1,5 @@
-"""The bounds on what a Topic or a group may ask (mqbalance/contract/bounds.py): the CRDs carry the
-code's numbers; a route or a group over one is refused from its queue numbers, before any
+"""The bounds on what a Topic or a group may ask (mqbalance/contract/bounds.py): the CRDs and the docs
+carry the code's numbers; a route or a group over one is refused from its queue numbers, before any
 queue is built, with a condition that names the bound and the value, while the last good assignment
 stays; memory stays small whatever the route says.
 
@@ -119,6 +119,23 @@ def test_the_crds_carry_the_bounds_of_the_code() -> None:
         f"at most {MAX_TOPICS_PER_GROUP}, with {MAX_QUEUES_PER_GROUP} read queues in all"
         in topics["description"]
     )
+
+
+def test_the_docs_list_every_bound() -> None:
+    text = (ROOT / "docs" / "operator.md").read_text()
+    section = text.split("\n## Bounds\n", 1)[1].split("\n## ", 1)[0]
+    for value in (
+        MAX_QUEUES_PER_BROKER,
+        MAX_BROKERS_PER_TOPIC,
+        MAX_QUEUES_PER_TOPIC,
+        MAX_TOPICS_PER_GROUP,
+        MAX_QUEUES_PER_GROUP,
+        MAX_MEMBERS_PER_GROUP,
+    ):
+        assert f"| {value:,} |" in section, value
+    assert f"| {MAX_ASSIGNMENT_BYTES // MiB} MiB |" in section
+    for reason in ("RouteTooLarge", "TooManyTopics", "TooManyQueues", "TooManyMembers", "AssignmentTooLarge"):
+        assert f"`{reason}`" in section, reason
 
 
 # -- a route: written by hand, or in status.route --------------------------------------------------------
