@@ -80,7 +80,8 @@ def topic_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, 
 def configmap(api: client.ApiClient, namespace: str, group: str) -> tuple[str, dict[str, str]]:
     """The assignment ConfigMap's resourceVersion and data."""
     cm = client.CoreV1Api(api).read_namespaced_config_map(configmap_name(group), namespace)
-    assert cm.metadata is not None and cm.metadata.resource_version is not None
+    assert cm.metadata is not None
+    assert cm.metadata.resource_version is not None
     return cm.metadata.resource_version, dict(cm.data or {})
 
 
