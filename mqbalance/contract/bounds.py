@@ -27,8 +27,13 @@ MAX_TOPICS_PER_GROUP = 64
 MAX_QUEUES_PER_GROUP = 16384
 """Queues the members of one group hold together: the read queues of all its topics, in
 BROADCASTING times its members (every member holds every queue)."""
-MAX_MEMBERS_PER_GROUP = 1000
-"""Members (Running and Ready pods the selector matches) of one group."""
+MAX_MEMBERS_PER_GROUP = 256
+"""Members (Running and Ready pods the selector matches) of one group. STICKY's decision grows with
+the square of the members (times the topics): 256 take a few seconds of CPU at the other bounds,
+1,000 took minutes."""
+MAX_QUEUES_TIMES_MEMBERS = 2_097_152
+"""A group's read queues times its members (16,384 queues over 128 members, 8,192 over 256): what a
+reconcile's memory and the rest of its work grow with."""
 MAX_ASSIGNMENT_BYTES = 1024 * 1024
 """The assignment ConfigMap's data: Kubernetes refuses a ConfigMap holding more (``MaxSecretSize``)."""
 
@@ -109,6 +114,13 @@ def check_group_queues(queues: int, members: int, broadcasting: bool) -> None:
             TOO_MANY_QUEUES,
             f"the group's topics have {queues} read queues, over the bound of {MAX_QUEUES_PER_GROUP} queues "
             f"per group {SEE}",
+        )
+    if queues * members > MAX_QUEUES_TIMES_MEMBERS:
+        raise OverBound(
+            TOO_MANY_QUEUES,
+            f"the group's {queues} read queues over its {members} members make {queues * members} "
+            f"queue-member pairs, over the bound of {MAX_QUEUES_TIMES_MEMBERS} per group {SEE}; fewer "
+            "queues or members make it fit (members beyond the queue count hold nothing anyway)",
         )
     if broadcasting and queues * members > MAX_QUEUES_PER_GROUP:
         raise OverBound(
