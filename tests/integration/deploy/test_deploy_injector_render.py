@@ -108,6 +108,9 @@ def test_the_injector_gets_the_same_sidecar_settings_and_valid_arguments(
     assert sidecar_container(config.settings, "orders") == helper_container(helm, tmp_path, extra)
     assert config.token_secret == "mq-mqbalance-sidecar-token"
     assert config.hosts == ("mq-mqbalance-injector.mq-system.svc",)
+    # It listens on the pod's IP, which the kubelet expands from the env var before the arguments.
+    assert config.host == "$(POD_IP)"
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert config.secret == "mq-mqbalance-injector-tls"
     assert config.webhook_config == "mq-mqbalance-injector"
     assert pod["serviceAccountName"] == "mq-mqbalance-injector"
