@@ -63,7 +63,7 @@ class _Connection(asyncio.Protocol):
         self.unconsumed = 0
         """Bytes received since the last request began: one still being read, or one aiohttp refused."""
         self.deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        """While no request is in progress: when the listener's sweep closes the connection."""
 
     # -- asyncio.Protocol: to aiohttp, with the deadlines kept on the way --------------------
 
@@ -98,7 +98,6 @@ class _Connection(asyncio.Protocol):
             self.handler.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
         self.table.forget(self)
         if self.admitted:
             self.handler.connection_lost(exc)
@@ -120,42 +119,15 @@ class _Connection(asyncio.Protocol):
         self.busy = False
         if self.handler in self.table.open:
             self.table.waiting[self] = None  # the newest waiter, evicted last
-            self._arm(self.loop.time() + self.table.limits.idle_timeout)
-
-    # -- deadlines ----------------------------------------------------------------------------
+            self.deadline = self.loop.time() + self.table.limits.idle_timeout
 
     def _reading(self, now: float) -> None:
         self.reading_since = now
         self.table.waiting.setdefault(self, None)
-        self._arm(now + self.table.limits.read_timeout)
-
-    def _arm(self, deadline: float) -> None:
-        self.deadline = deadline
-        timer = self._timer
-        if timer is not None:
-            if timer.when() <= deadline:
-                return  # it fires first and sets itself again for the later deadline
-            timer.cancel()
-        self._timer = self.loop.call_at(deadline, self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        if self.busy or self.transport is None:
-            return
-        if self.loop.time() < self.deadline:
-            self._timer = self.loop.call_at(self.deadline, self._expire)
-            return
-        log.debug("closing a connection %s", "idle" if self.reading_since is None else "still reading")
-        self.close()
-
-    def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.deadline = now + self.table.limits.read_timeout
 
     def close(self) -> None:
         """Close at once: idle or reading for too long, or making room for a new connection."""
-        self._cancel()
         self.table.forget(self)
         transport = self.transport
         self.handler.force_close()
@@ -229,6 +201,21 @@ class _Table:
         self.open[conn.handler] = conn
         return True
 
+    async def sweep(self) -> None:
+        """Close the connections past their deadline, for as long as the listener runs: a pass over the
+        waiting connections every quarter of the shorter timeout (at most a second), nothing per request."""
+        limits = self.limits
+        interval = min(1.0, limits.read_timeout / 4, limits.idle_timeout / 4)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in [c for c in self.waiting if c.deadline <= now]:
+                log.debug(
+                    "closing a connection %s", "idle" if conn.reading_since is None else "still reading"
+                )
+                conn.close()
+
     def forget(self, conn: _Connection) -> None:
         if self.open.get(conn.handler) is conn:
             del self.open[conn.handler]
@@ -274,8 +261,11 @@ def _middleware(table: _Table) -> Middleware:
             ):
                 seconds = table.limits.read_timeout
                 try:
-                    async with asyncio.timeout_at(read_by):
-                        await request.read()  # kept: the handler's read() returns it
+                    if request.content.is_eof():  # all of it arrived with the head: nothing to wait for
+                        await request.read()
+                    else:
+                        async with asyncio.timeout_at(read_by):
+                            await request.read()  # kept: the handler's read() returns it
                 except TimeoutError:
                     return json_error(408, f"the request did not arrive within {seconds:g} s")
                 except web.HTTPRequestEntityTooLarge as e:
@@ -322,6 +312,7 @@ class Site(web.BaseSite):
         self._app_runner = app_runner
         self._hosts = list(hosts)
         self._port = port
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -348,6 +339,7 @@ class Site(web.BaseSite):
         if server is None:
             raise RuntimeError("call runner.setup() before starting a site")
         loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(table.sweep(), name=f"listener sweep {self._hosts} {self._port}")
         self._server = await loop.create_server(
             lambda: _Connection(server(), table),
             self._hosts,
@@ -356,6 +348,11 @@ class Site(web.BaseSite):
             backlog=self._backlog,
             ssl_handshake_timeout=table.limits.read_timeout if self._ssl_context else None,
         )
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        await super().stop()
 
 
 async def serve(
