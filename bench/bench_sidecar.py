@@ -13,6 +13,7 @@ and work over aiohttp's floor.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -101,8 +102,21 @@ def bare_app(queues_size: int, select_size: int) -> web.Application:
 
 
 def serve(kind: str, port: int, sizes: tuple[int, int]) -> None:
-    app = sidecar_app() if kind == "sidecar" else bare_app(*sizes)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    if kind == "bare":
+        web.run_app(bare_app(*sizes), host="127.0.0.1", port=port, access_log=None, print=None)
+        return
+    asyncio.run(serve_sidecar(port))
+
+
+async def serve_sidecar(port: int) -> None:
+    """The sidecar's application behind its listener (mqbalance/listener.py), as the product serves it."""
+    from mqbalance import listener
+    from mqbalance.sidecar.config import API_LIMITS
+
+    app_runner = listener.runner(sidecar_app(), API_LIMITS)
+    await app_runner.setup()
+    await listener.Site(app_runner, ["127.0.0.1"], port).start()
+    await asyncio.Event().wait()
 
 
 def free_port() -> int:

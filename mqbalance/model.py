@@ -100,8 +100,23 @@ class TopicRoute:
         """Queues producers send to: writeQueueNums of every writable broker with a master."""
         return self._queues(lambda b: b.write_queue_nums if b.writable else 0)
 
+    def readable_count(self) -> int:
+        """``len(self.readable_queues())``, counted without building the queues."""
+        return self._count(lambda b: b.read_queue_nums if b.readable else 0)
+
+    def writable_count(self) -> int:
+        """``len(self.writable_queues())``, counted without building the queues."""
+        return self._count(lambda b: b.write_queue_nums if b.writable else 0)
+
     def _queues(self, count: Callable[[Broker], int]) -> list[MessageQueue]:
         return sort_queues(MessageQueue(self.topic, b.name, i) for b in self.brokers for i in range(count(b)))
+
+    def _count(self, count: Callable[[Broker], int]) -> int:
+        # A broker named twice adds its larger count once, as the set in _queues does.
+        by_name: dict[str, int] = {}
+        for b in self.brokers:
+            by_name[b.name] = max(by_name.get(b.name, 0), count(b))
+        return sum(by_name.values())
 
     def broker_zones(self) -> dict[str, str]:
         return {b.name: b.zone for b in self.brokers}

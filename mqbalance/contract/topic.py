@@ -7,7 +7,8 @@ kept while the NameServer cannot be reached), and ``spec.brokers`` only adds zon
 
 The CRD schema rejects most bad input at admission (and on current Kubernetes its CEL rules
 more); this reader still checks everything, because objects written before a rule existed,
-or through a 1.20 API server without CEL, reach it too.
+or through a 1.20 API server without CEL, reach it too. That includes the bounds on a route
+(:mod:`mqbalance.contract.bounds`), checked from the queue numbers before any queue is built.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mqbalance.contract.bounds import check_route
 from mqbalance.contract.errors import SpecError
 from mqbalance.model import PERM_READ_WRITE, UNKNOWN_ZONE, Broker, TopicRoute
 
@@ -102,7 +104,8 @@ def read_topic(
     """The route of Topic ``resource_name``; broker zones left out are UNKNOWN_ZONE.
 
     ``route`` is the Topic's ``status.route``, used when the spec names a NameServer.
-    Raises SpecError naming the field to fix, RouteNotRead when a route is still to be read.
+    Raises SpecError naming the field to fix, RouteNotRead when a route is still to be read,
+    OverBound when the route is over a bound.
     """
     where = f"Topic {resource_name!r}"
     if not isinstance(spec, Mapping):
@@ -125,12 +128,15 @@ def read_topic(
         brokers = tuple(
             Broker(e.name, e.read_queue_nums or 0, e.write_queue_nums or 0, e.perm, e.zone) for e in entries
         )
+        check_route(where, brokers)
         return TopicRoute(name, brokers)
     if route is None:
         raise RouteNotRead(
             f"{where}: its route has not been read from the NameServer yet (see the Topic's "
             "RouteAvailable condition)"
         )
+    read = read_route_status(resource_name, route)
+    check_route(where, read)
     # A zone written in spec.brokers wins over the one the broker registered with.
     zones = {e.name: e.zone for e in entries if e.zone != UNKNOWN_ZONE}
     return TopicRoute(
@@ -144,7 +150,7 @@ def read_topic(
                 zones.get(b.name, b.zone),
                 b.has_master,
             )
-            for b in read_route_status(resource_name, route)
+            for b in read
         ),
     )
 

@@ -20,12 +20,13 @@ import ssl
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from mqbalance import listener
 from mqbalance.injector import certs
 from mqbalance.injector.spec import SidecarSettings
 from mqbalance.injector.webhook import create_app
@@ -53,6 +54,7 @@ class InjectorConfig:
     lifetimes: certs.Lifetimes
     check_interval: float
     kubeconfig: str | None
+    limits: listener.Limits = field(default_factory=listener.Limits)
 
 
 def parse_args(argv: Sequence[str]) -> InjectorConfig:
@@ -69,7 +71,11 @@ def parse_args(argv: Sequence[str]) -> InjectorConfig:
         help="comma-separated DNS names and IP addresses of the serving certificate "
         "(<service>.<namespace>.svc, or 127.0.0.1 for a url webhook)",
     )
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument(
+        "--host",
+        default="0.0.0.0",
+        help="address to listen on, several separated by commas (default 0.0.0.0; the chart: the pod's IP)",
+    )
     p.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     p.add_argument(
         "--sidecar-settings",
@@ -90,6 +96,7 @@ def parse_args(argv: Sequence[str]) -> InjectorConfig:
         "--check-interval", type=float, default=600, help="seconds between checks of the Secret (600)"
     )
     p.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="credentials outside a pod")
+    listener.add_arguments(p)
     args = p.parse_args(list(argv))
     if not args.namespace:
         p.error("--namespace (or $POD_NAMESPACE) is required")
@@ -102,6 +109,11 @@ def parse_args(argv: Sequence[str]) -> InjectorConfig:
         settings = SidecarSettings.from_json(args.sidecar_settings)
     except (ValueError, TypeError) as e:
         p.error(f"--sidecar-settings: {e}")
+    try:
+        limits = listener.limits_from(args)
+        listener.parse_hosts(args.host)
+    except ValueError as e:
+        p.error(str(e))
     return InjectorConfig(
         namespace=args.namespace,
         secret=args.secret,
@@ -114,6 +126,7 @@ def parse_args(argv: Sequence[str]) -> InjectorConfig:
         lifetimes=certs.Lifetimes(dt.timedelta(days=args.ca_days), dt.timedelta(days=args.cert_days)),
         check_interval=max(1.0, args.check_interval),
         kubeconfig=args.kubeconfig,
+        limits=limits,
     )
 
 
@@ -257,9 +270,13 @@ async def serve(config: InjectorConfig) -> int:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(*write_files(bundle, directory))
-            runner = web.AppRunner(create_app(config.settings, config.accounts), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, config.host, config.port, ssl_context=context).start()
+            runner = await listener.serve(
+                create_app(config.settings, config.accounts),
+                listener.parse_hosts(config.host),
+                config.port,
+                config.limits,
+                ssl_context=context,
+            )
             log.info(
                 "injecting sidecars on https://%s:%d/mutate (certificate for %s, valid until %s)",
                 config.host,

@@ -36,6 +36,10 @@ GRACE_MARGIN_SECONDS = 15
 """How much longer than the drain timeout a pod's terminationGracePeriodSeconds must be: the drain
 ends, then the sidecar and the application stop."""
 METRICS_PORT_NAME = "mqb-metrics"
+METRICS_HOST = "$(POD_IP),127.0.0.1"
+"""Where the sidecar's metrics listen: the pod's IP, which Prometheus scrapes and the kubelet probes, and
+loopback, which ``kubectl port-forward`` and ``kubectl exec`` reach; not every address of the pod's network
+namespace (the kubelet expands ``$(POD_IP)`` from the env var defined before it)."""
 
 # A ConsumerGroup resource name (the ConfigMap "<group>-assignment" must also be a valid name).
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -116,8 +120,10 @@ def sidecar_container(
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
         _field_env("POD_UID", "metadata.uid"),
+        _field_env("POD_IP", "status.podIP"),
         {"name": "MQBALANCE_GROUP", "value": group},
         {"name": "MQBALANCE_SIDECAR_PORT", "value": str(settings.port)},
+        {"name": "MQBALANCE_METRICS_HOST", "value": METRICS_HOST},
         {"name": "MQBALANCE_METRICS_PORT", "value": str(settings.metricsPort)},
         {"name": "MQBALANCE_FAULT_TABLE", "value": settings.faultTable},
         {"name": "MQBALANCE_FAULT_TOLERANCE", "value": "true" if settings.faultTolerance else "false"},

@@ -51,9 +51,37 @@ def review_request(body: Any) -> dict[str, Any]:
     kind = request.get("kind") or {}
     if not isinstance(kind, dict) or kind.get("kind") != "Pod" or kind.get("group", "") != "":
         raise BadReview(400, f"this webhook mutates Pods only, not {kind!r}")
-    if request.get("operation", "CREATE") == "CREATE" and not isinstance(request.get("object"), dict):
-        raise BadReview(400, "the AdmissionReview's request has no object")
+    if request.get("operation", "CREATE") == "CREATE":
+        pod = request.get("object")
+        if not isinstance(pod, dict):
+            raise BadReview(400, "the AdmissionReview's request has no object")
+        check_pod(pod)
     return request
+
+
+def check_pod(pod: dict[str, Any]) -> None:
+    """The fields :func:`~mqbalance.injector.spec.pod_patch` reads have a Pod's types; :class:`BadReview`
+    (400) naming the first that does not. The API server sends only valid pods; anyone else who reaches
+    the port gets a 400, not a 500."""
+    metadata, spec = pod.get("metadata"), pod.get("spec")
+    _check(metadata, dict, "object.metadata")
+    _check(spec, dict, "object.spec")
+    for name in ("annotations", "labels"):
+        values = (metadata or {}).get(name)
+        _check(values, dict, f"object.metadata.{name}")
+        if any(not isinstance(v, str) for v in (values or {}).values()):
+            raise BadReview(400, f"object.metadata.{name} must map names to strings")
+    for name in ("containers", "initContainers", "volumes"):
+        items = (spec or {}).get(name)
+        _check(items, list, f"object.spec.{name}")
+        if any(not isinstance(item, dict) for item in items or ()):
+            raise BadReview(400, f"object.spec.{name} must be a list of objects")
+
+
+def _check(value: Any, kind: type, where: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        expected = "an object" if kind is dict else "a list"
+        raise BadReview(400, f"{where} must be {expected}, got {type(value).__name__}")
 
 
 def review_response(
@@ -112,8 +140,12 @@ async def mutate(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"the AdmissionReview is larger than {MAX_BODY} bytes")
+    except web.RequestPayloadError as e:  # a broken chunked or compressed encoding
+        return _error(400, f"the body cannot be read: {' '.join(str(e).split())}")
     except ValueError as e:
         return _error(400, f"the body is not JSON: {e}")
+    except RecursionError:
+        return _error(400, "the body nests arrays or objects too deeply to decode")
     try:
         review = review_request(body)
     except BadReview as e:

@@ -21,13 +21,16 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from mqbalance import listener
 from mqbalance.contract import API_PATH, CONSUMER_GROUPS
 from mqbalance.kube import ApiError, KubeClient
+from mqbalance.listener import Limits, parse_hosts
 from mqbalance.operator.conditions import rfc3339
 
 logger = logging.getLogger("mqbalance.operator")
@@ -199,13 +202,21 @@ def allowed_names_middleware(names: Sequence[str]) -> Any:
     return check
 
 
-async def serve(client: KubeClient, host: str, port: int, cert_dir: str | Path) -> web.AppRunner:
-    """Read the front-proxy CA, then listen; raises when the API server has no aggregation layer."""
+FORWARDED_HEADERS = 128
+"""Header lines a request may have: the aggregation layer forwards the caller's every group and extra
+as a header of its own (X-Remote-Group, X-Remote-Extra-*), so more than the other listeners take."""
+
+
+async def serve(
+    client: KubeClient, host: str, port: int, cert_dir: str | Path, limits: Limits | None = None
+) -> web.AppRunner:
+    """Read the front-proxy CA, then listen on ``host`` (addresses separated by commas) under ``limits``
+    (mqbalance/listener.py); raises when the API server has no aggregation layer."""
     ca, names = await front_proxy_trust(client)
     app = create_app(group_lister(client))
     app.middlewares.append(allowed_names_middleware(names))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=server_context(cert_dir, ca)).start()
-    logger.info("external metrics (%s) on port %d", GROUP_VERSION, port)
+    limits = replace(limits or Limits(), max_headers=FORWARDED_HEADERS)
+    context = server_context(cert_dir, ca)
+    runner = await listener.serve(app, parse_hosts(host), port, limits, ssl_context=context)
+    logger.info("external metrics (%s) on %s port %d", GROUP_VERSION, host, port)
     return runner

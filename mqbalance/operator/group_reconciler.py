@@ -9,11 +9,14 @@ too, so one writer keeps the group's conditions.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
 
 from mqbalance.contract import (
     CONSUMER_GROUPS,
@@ -41,6 +44,12 @@ from mqbalance.operator.writes import Writer, merge_patch, published_from
 logger = logging.getLogger("mqbalance.operator")
 
 CONFLICT_RETRIES = 5
+OFF_LOOP_WORK = 100_000
+"""Candidate pods squared times subscribed topics above which a group's decision is computed on the
+reconcile thread, off the event loop: what STICKY's costliest step grows with (a thousand pods of
+64 topics take minutes of CPU), so that one tenant's large group cannot hold up every other group."""
+BUSY_RETRY_SECONDS = 1.0
+"""How soon a large group whose turn on the reconcile thread has not come is tried again."""
 LEGACY_FINALIZER = "mqbalance.io/operator"
 """Added to every group by operator 0.1 (kopf's daemons needed it); removed on sight, or a group
 could not be deleted any more."""
@@ -56,6 +65,8 @@ class GroupReconciler:
     journal: Journal
     clock: Callable[[], float]
     """Wall clock for status times and documents."""
+    _thread_busy: bool = field(default=False, init=False)
+    """A large group is being decided off the event loop (one at a time)."""
 
     async def work(self, namespace: str, name: str) -> None:
         """Reconcile the group, and requeue it as its result asks."""
@@ -65,6 +76,10 @@ class GroupReconciler:
         key = ("group", namespace, name)
         try:
             outcome = await self.reconcile_group(state)
+        except ThreadBusy:
+            # Another large group is being decided: this one's turn comes without holding a worker.
+            self.world.queue.add_after(key, BUSY_RETRY_SECONDS)
+            return
         except Conflict as e:
             # Someone else wrote the ConfigMap: read it again and recompute at once.
             self.metrics.reconcile_errors.labels("conflict").inc()
@@ -163,12 +178,12 @@ class GroupReconciler:
             leases=self.world.member_leases(state),
         )
         computing = time.perf_counter()
-        outcome = reconcile(observed)
+        outcome = await self.decide(observed)
         compute_seconds = time.perf_counter() - computing
         if await self._lease_renewed_meanwhile(ns, previous, observed, outcome):
             # The watch lagged: judge again with what the API server says.
             observed = replace(observed, leases=self.world.member_leases(state))
-            outcome = reconcile(observed)
+            outcome = await self.decide(observed)
         self.world.remember(state, outcome, pods, spec)
         handover = outcome.spec is not None and outcome.spec.handover.mode is not HandoverMode.OFF
         if handover and not releases and not state.releases_made:
@@ -212,6 +227,23 @@ class GroupReconciler:
             delay = outcome.lease_wake_at - self.world.monotonic()
             self.world.queue.add_after(("group", ns, name), max(0.0, delay))
         return outcome
+
+    async def decide(self, observed: Observed) -> Outcome:
+        """The pure reconcile of ``observed``: at once for most groups; for a large one (see
+        :data:`OFF_LOOP_WORK`) on the reconcile thread, from a copy of what the event loop may change
+        meanwhile, while the loop goes on serving the other groups. :class:`ThreadBusy` when another
+        large group holds the thread."""
+        topics = observed.spec.get("topics")
+        work = len(observed.pods) ** 2 * (len(topics) if isinstance(topics, list) and topics else 1)
+        if work < OFF_LOOP_WORK:
+            return reconcile(observed)
+        if self._thread_busy:
+            raise ThreadBusy(f"{observed.namespace}/{observed.name}")
+        self._thread_busy = True
+        try:
+            return await off_loop(reconcile, snapshot(observed), f"reconcile {observed.name}")
+        finally:
+            self._thread_busy = False
 
     async def _lease_renewed_meanwhile(
         self, namespace: str, previous: AssignmentDocument | None, observed: Observed, outcome: Outcome
@@ -297,6 +329,50 @@ class GroupReconciler:
             return
         if state.written_status is not None:
             state.written_status = {**state.written_status, "lag": lag}
+
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+async def off_loop(function: Callable[[A], T], argument: A, name: str) -> T:
+    """``function(argument)`` on a daemon thread of its own, awaited: the event loop runs meanwhile
+    (the thread yields the interpreter lock every few milliseconds), and a stopping operator does
+    not wait for it, as it would for an executor's threads."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(cast(T, result))
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (function(argument), None)
+        except BaseException as e:  # handed to the awaiting task, which reports it
+            outcome = (None, e)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await future
+
+
+class ThreadBusy(Exception):
+    """A large group's decision waits for the reconcile thread (another group's is being computed)."""
+
+
+def snapshot(observed: Observed) -> Observed:
+    """``observed`` with its own copies of the world's mappings the event loop changes in place (the
+    namespace's Topic specs and routes, the member Leases seen): what a reconcile off the loop reads."""
+    leases = observed.leases
+    if leases is not None:
+        leases = replace(leases, changed=dict(leases.changed))
+    return replace(observed, topics=dict(observed.topics), routes=dict(observed.routes), leases=leases)
 
 
 def with_lag(

@@ -1,12 +1,13 @@
-"""A spec that cannot be honoured: the subscribed Topics' routes (and why they cannot be read),
-and the outcome that says so while the last good assignment stays in force."""
+"""A spec that cannot be honoured: the subscribed Topics' routes (and why they cannot be read), a
+group over a bound, and the outcome that says so while the last good assignment stays in force."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from mqbalance.contract import SpecError, configmap_name, read_topic
-from mqbalance.model import TopicRoute
+from mqbalance.contract.bounds import check_group_queues, check_members, read_queue_count
+from mqbalance.model import MessageModel, TopicRoute
 from mqbalance.operator.conditions import condition, condition_status
 from mqbalance.operator.observation import Note, Observed, Outcome
 from mqbalance.operator.spec import GroupSpec
@@ -34,6 +35,14 @@ def subscribed_routes(obs: Observed, spec: GroupSpec) -> list[TopicRoute]:
                 f"{route.topic!r}; subscribe to one"
             )
     return routes
+
+
+def check_group_bounds(spec: GroupSpec, routes: list[TopicRoute], member_zones: Mapping[str, str]) -> None:
+    """OverBound when the group's members or the queues they would hold together are over a bound:
+    counted from the routes' queue numbers, before any queue is built or allocated."""
+    check_members(len(member_zones))
+    queues = sum(read_queue_count(route.brokers) for route in routes)
+    check_group_queues(queues, len(member_zones), spec.message_model is MessageModel.BROADCASTING)
 
 
 def invalid_outcome(

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from mqbalance.listener_limits import add_arguments, limits_from, parse_hosts
 from mqbalance.operator.settings import DEFAULT_PROGRESS_DEADLINE, OperatorConfig
 from mqbalance.rocketmq.nameserver import parse_addresses
 
@@ -31,7 +32,12 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="port of /metrics and /healthz (default 8080)"
     )
-    parser.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on (default all)")
+    parser.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        help="address of /metrics and /healthz, several separated by commas (default all; the chart gives "
+        "the pod's IP and 127.0.0.1)",
+    )
     parser.add_argument(
         "--journal", metavar="PATH", help="append rebalance journal lines here (default stdout)"
     )
@@ -138,7 +144,8 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
     parser.add_argument(
         "--external-metrics-host",
         default="0.0.0.0",
-        help="address of the external metrics listener (default all)",
+        help="address of the external metrics listener, several separated by commas (default all; the chart "
+        "gives the pod's IP)",
     )
     parser.add_argument(
         "--external-metrics-cert-dir",
@@ -155,6 +162,7 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         help="use this debounce window for every group instead of its spec.debounceSeconds",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_arguments(parser)
     args = parser.parse_args(list(argv))
     if not 0 < args.metrics_port < 65536:
         parser.error(f"--metrics-port {args.metrics_port} is not a TCP port; use 1-65535")
@@ -199,6 +207,12 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         parser.error("--external-metrics-port needs --external-metrics-cert-dir (tls.crt, tls.key)")
     if not 0 < args.name_server_timeout <= 60:
         parser.error("--name-server-timeout must be more than 0 and at most 60 seconds")
+    try:
+        limits = limits_from(args)
+        parse_hosts(args.metrics_host, "--metrics-host")
+        parse_hosts(args.external_metrics_host, "--external-metrics-host")
+    except ValueError as e:
+        parser.error(str(e))
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         stream=sys.stderr,
@@ -232,6 +246,7 @@ def parse_args(argv: Sequence[str]) -> OperatorConfig:
         external_metrics_port=args.external_metrics_port,
         external_metrics_host=args.external_metrics_host,
         external_metrics_cert_dir=args.external_metrics_cert_dir,
+        limits=limits,
     )
 
 

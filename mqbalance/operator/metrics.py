@@ -20,6 +20,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mqbalance import listener
+from mqbalance.listener import Limits, parse_hosts
 from mqbalance.model import MessageQueue
 from mqbalance.operator.handover import Step
 from mqbalance.process_metrics import exposition, register_process_metrics
@@ -362,8 +364,8 @@ def create_app(registry: CollectorRegistry, health: Callable[[], dict[str, Any]]
     return app
 
 
-async def serve(app: web.Application, port: int, host: str = "0.0.0.0") -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+async def serve(
+    app: web.Application, port: int, host: str = "0.0.0.0", limits: Limits | None = None
+) -> web.AppRunner:
+    """Listen on ``host`` (addresses separated by commas) under ``limits`` (mqbalance/listener.py)."""
+    return await listener.serve(app, parse_hosts(host), port, limits or Limits())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mqbalance.contract.bounds import OverBound, check_route
 from mqbalance.operator.topics import RouteRead
 from mqbalance.rocketmq.nameserver import (
     DEFAULT_TIMEOUT,
@@ -50,4 +51,10 @@ class RouteReader:
             return RouteRead(None, reason="TopicNotFound", message=str(e))
         except NameServerError as e:
             return RouteRead(None, reason="RequestFailed", message=str(e))
-        return RouteRead(route.to_topic_route().brokers, address=client.answered)
+        brokers = route.to_topic_route().brokers
+        try:
+            # Counted from the queue numbers: no queue is built for a route over a bound.
+            check_route(f"NameServer {client.answered}: topic {topic!r}", brokers)
+        except OverBound as e:
+            return RouteRead(None, reason=e.reason, message=str(e))
+        return RouteRead(brokers, address=client.answered)

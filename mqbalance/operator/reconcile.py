@@ -10,8 +10,8 @@ Rules:
   differ from the previous one; otherwise ``document`` is None and the generation
   stays;
 - a spec that cannot be honoured (a missing Topic, a strategy setting that cannot
-  work) sets Invalid=True with a message and publishes nothing: the last good
-  assignment stays in force;
+  work, a group or route over a bound of ``contract/bounds.py``) sets Invalid=True with
+  a message and publishes nothing: the last good assignment stays in force;
 - no members is a real state: the group publishes an assignment with no members
   (so no sidecar keeps serving queues of pods that are gone), Ready=False and
   Degraded=True;
@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mqbalance.contract import (
+    CONFIGMAP_KEY,
     AssignmentDocument,
     HandoverMode,
     LeaseTerms,
@@ -37,12 +38,13 @@ from mqbalance.contract import (
     RouteNotRead,
     SpecError,
 )
+from mqbalance.contract.bounds import OverBound, check_assignment_size
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageModel, Zones
 from mqbalance.operator.change import LOAD_IMBALANCE, change_reason, handover_notes, merged
 from mqbalance.operator.conditions import condition_status, rfc3339
 from mqbalance.operator.handover import Step, step, with_releasing
-from mqbalance.operator.invalid import TopicNotFound, invalid_outcome, subscribed_routes
+from mqbalance.operator.invalid import TopicNotFound, check_group_bounds, invalid_outcome, subscribed_routes
 from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members
 from mqbalance.operator.observation import Note, Observed, Outcome
@@ -58,6 +60,8 @@ __all__ = ["LOAD_IMBALANCE", "Note", "Observed", "Outcome", "reconcile"]
 def reconcile(obs: Observed) -> Outcome:
     try:
         spec = parse_group(obs.name, obs.spec)
+    except OverBound as e:
+        return invalid_outcome(obs, e.reason, str(e), {})
     except SpecError as e:
         return invalid_outcome(obs, "InvalidSpec", str(e), {})
     leases = obs.leases if spec.handover.leased else None
@@ -70,10 +74,13 @@ def reconcile(obs: Observed) -> Outcome:
     member_zones = members(obs.pods, spec.selector, obs.node_labels, spec.zone_label)
     try:
         routes = subscribed_routes(obs, spec)
+        check_group_bounds(spec, routes, member_zones)
     except TopicNotFound as e:
         return invalid_outcome(obs, "TopicNotFound", str(e), member_zones, spec)
     except RouteNotRead as e:
         return invalid_outcome(obs, "TopicRouteNotRead", str(e), member_zones, spec)
+    except OverBound as e:
+        return invalid_outcome(obs, e.reason, str(e), member_zones, spec)
     except SpecError as e:
         return invalid_outcome(obs, "InvalidTopic", str(e), member_zones, spec)
 
@@ -160,6 +167,11 @@ def reconcile(obs: Observed) -> Outcome:
     all_queues += [mq for topic in empty for qs in topics[topic].values() for mq in qs]
     current = merged(topics, member_zones)
     changed = not candidate.same_assignment(obs.previous)
+    if changed:
+        try:
+            check_assignment_size(len(CONFIGMAP_KEY) + len(candidate.encode()))  # JSON is ASCII
+        except OverBound as e:
+            return invalid_outcome(obs, e.reason, str(e), member_zones, spec)
     before = previous if changed else None
     figures = measure(before, current, zones=zones, queues=all_queues, message_model=spec.message_model)
     warnings = unknown_config_queues(spec.strategy, {r.topic: r for r in routes})

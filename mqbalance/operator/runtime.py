@@ -92,8 +92,10 @@ class Runtime:
             debounce_override=config.debounce_override,
             routes=RouteReader(config.name_server, config.name_server_timeout),
         )
-        self._http = await serve(create_app(registry, self._health), config.metrics_port, config.metrics_host)
-        logger.info("metrics and /healthz on port %d", config.metrics_port)
+        self._http = await serve(
+            create_app(registry, self._health), config.metrics_port, config.metrics_host, config.limits
+        )
+        logger.info("metrics and /healthz on %s port %d", config.metrics_host, config.metrics_port)
         if config.external_metrics_port and config.external_metrics_cert_dir:
             # Every replica, standbys too: it reads the groups' status from the API server.
             self._external = await external_metrics.serve(
@@ -101,6 +103,7 @@ class Runtime:
                 config.external_metrics_host,
                 config.external_metrics_port,
                 config.external_metrics_cert_dir,
+                config.limits,
             )
         self._tasks.append(asyncio.create_task(self._run(client, writer, stop), name="operator"))
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from mqbalance.listener_limits import Limits
 from mqbalance.operator.shards import ShardBy
 
 DEFAULT_PROGRESS_DEADLINE = 300.0
@@ -20,6 +21,8 @@ class OperatorConfig:
     all_namespaces: bool = False
     metrics_port: int = 8080
     metrics_host: str = "0.0.0.0"
+    """The address of /metrics and /healthz, or several separated by commas (the chart: the pod's IP and
+    loopback)."""
     journal: str | None = None
     """Append journal lines to this file; standard output when None."""
     leader_election: str | None = None
@@ -58,3 +61,5 @@ class OperatorConfig:
     external_metrics_host: str = "0.0.0.0"
     external_metrics_cert_dir: str | None = None
     """Holds tls.crt and tls.key of the external metrics listener."""
+    limits: Limits = field(default_factory=Limits)
+    """Of each listener: the metrics' and the external metrics'."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqbalance.contract import MAX_GROUP_NAME, HandoverSpec, SpecError, read_handover, read_strategy
+from mqbalance.contract.bounds import check_topics
 from mqbalance.model import MessageModel, StrategySpec, TopicRoute
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -118,6 +119,7 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
         raise SpecError("spec.topics must list the names of one or more Topic resources in this namespace")
     if len(set(topics)) != len(topics):
         raise SpecError("spec.topics names a Topic twice; list each once")
+    check_topics(len(topics))
     try:
         model = MessageModel(spec.get("messageModel") or MessageModel.CLUSTERING)
     except ValueError:

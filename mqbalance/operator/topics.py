@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqbalance.contract import SpecError
+from mqbalance.contract.bounds import OverBound, check_route
 from mqbalance.contract.topic import (
     BrokerEntry,
     broker_entries,
@@ -36,7 +37,8 @@ class RouteRead:
     address: str = ""
     """The NameServer that answered."""
     reason: str = "Read"
-    """On failure: NameServerUnreachable, TopicNotFound, RequestFailed or NoNameServer."""
+    """On failure: NameServerUnreachable, TopicNotFound, RequestFailed, NoNameServer or RouteTooLarge
+    (an answer over a bound is not taken: the route read before stays)."""
     message: str = ""
 
 
@@ -64,6 +66,8 @@ def topic_status(
         conditions = [c for c in conditions if c.get("type") != "RouteInSync"]
         try:
             route = read_topic(resource_name, spec)
+        except OverBound as e:
+            put("RouteAvailable", "False", e.reason, str(e))
         except SpecError as e:
             put("RouteAvailable", "False", "InvalidSpec", str(e))
         else:
@@ -84,6 +88,13 @@ def topic_status(
     try:
         entries = broker_entries(resource_name, spec)
         brokers = read_route_status(resource_name, kept) if kept is not None else None
+        if brokers is not None:
+            check_route(f"Topic {resource_name!r}: status.route", brokers)  # edited by hand
+    except OverBound as e:
+        put("RouteAvailable", "False", e.reason, str(e))
+        put("RouteInSync", "Unknown", e.reason, "the route is over a bound")
+        status["conditions"] = conditions
+        return status
     except SpecError as e:
         put("RouteAvailable", "False", "InvalidSpec", str(e))
         put("RouteInSync", "Unknown", "InvalidSpec", "the spec cannot be compared with the route")
@@ -155,6 +166,6 @@ def _counts(brokers: Sequence[Broker]) -> dict[str, int]:
     route = TopicRoute("", tuple(brokers))
     return {
         "brokers": len(route.brokers),
-        "readableQueues": len(route.readable_queues()),
-        "writableQueues": len(route.writable_queues()),
+        "readableQueues": route.readable_count(),
+        "writableQueues": route.writable_count(),
     }

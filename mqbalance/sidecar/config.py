@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mqbalance.listener_limits import Limits, add_arguments, limits_from, parse_hosts
 from mqbalance.producer import Generation
 
 
@@ -34,6 +35,15 @@ class FaultTable(enum.StrEnum):
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
 DEFAULT_METRICS_PORT = 9091
+DEFAULT_METRICS_HOST = "0.0.0.0"
+"""Every address: a pod spec without MQBALANCE_METRICS_HOST still answers the kubelet's probes, which
+call the pod's IP. The chart, the injector and the examples bind the pod's IP and loopback instead."""
+API_LIMITS = Limits(max_connections=512)
+"""The API's: its client is the pod's own application, whose HTTP client holds a connection for each request
+it has in flight at once (a Java producer sending from many threads), about 5 KB each while idle."""
+METRICS_MAX_CONNECTIONS = 16
+"""The metrics listener's cap: Prometheus keeps a connection or two, the probes open one at a time, and the
+connections of any other client go first (docs/reliability.md, "Listeners")."""
 DEFAULT_MAX_WAIT = 300.0
 """Longest long-poll a client may ask for, in seconds."""
 
@@ -46,8 +56,10 @@ class SidecarConfig:
     groups: tuple[str, ...]
     """ConsumerGroup resource names whose assignments this sidecar serves; the first is the default."""
     host: str = DEFAULT_HOST
+    """The API's address, or several separated by commas."""
     port: int = DEFAULT_PORT
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = DEFAULT_METRICS_HOST
+    """The metrics' address, or several separated by commas: the pod spec gives ``$(POD_IP),127.0.0.1``."""
     metrics_port: int = DEFAULT_METRICS_PORT
     assignment_files: Mapping[str, Path] = field(default_factory=dict)
     """Group -> a mounted ConfigMap file read instead of watching the API."""
@@ -64,10 +76,17 @@ class SidecarConfig:
     file_poll_interval: float = 2.0
     pod_uid: str = ""
     """This pod's uid (downward API ``metadata.uid``): its member Lease's owner; "" for none."""
+    limits: Limits = API_LIMITS
+    """The API listener's; the metrics listener's are the same but for its cap."""
+    metrics_max_connections: int = METRICS_MAX_CONNECTIONS
 
     @property
     def default_group(self) -> str:
         return self.groups[0]
+
+    @property
+    def metrics_limits(self) -> Limits:
+        return replace(self.limits, max_connections=self.metrics_max_connections)
 
     @property
     def uses_api(self) -> bool:
@@ -96,11 +115,16 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="ConsumerGroup resource name; repeat or comma-separate for several (env MQBALANCE_GROUP)",
     )
     p.add_argument(
-        "--host", default=env.get("MQBALANCE_SIDECAR_HOST", DEFAULT_HOST), help="API listen address"
+        "--host",
+        default=env.get("MQBALANCE_SIDECAR_HOST", DEFAULT_HOST),
+        help="API listen address (several separated by commas)",
     )
     p.add_argument("--port", default=env.get("MQBALANCE_SIDECAR_PORT", str(DEFAULT_PORT)), help="API port")
     p.add_argument(
-        "--metrics-host", default=env.get("MQBALANCE_METRICS_HOST", "0.0.0.0"), help="metrics listen address"
+        "--metrics-host",
+        default=env.get("MQBALANCE_METRICS_HOST", DEFAULT_METRICS_HOST),
+        help="metrics listen address, several separated by commas (env MQBALANCE_METRICS_HOST; "
+        "the pod spec gives $(POD_IP),127.0.0.1)",
     )
     p.add_argument(
         "--metrics-port",
@@ -142,6 +166,14 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--max-wait",
         default=env.get("MQBALANCE_MAX_WAIT", str(DEFAULT_MAX_WAIT)),
         help="longest long-poll timeout a client may ask for, seconds",
+    )
+    add_arguments(p, env, API_LIMITS, "the API listener")
+    p.add_argument(
+        "--metrics-max-connections",
+        default=env.get("MQBALANCE_METRICS_MAX_CONNECTIONS", str(METRICS_MAX_CONNECTIONS)),
+        metavar="N",
+        help=f"the same for the metrics listener (default {METRICS_MAX_CONNECTIONS}; "
+        "env MQBALANCE_METRICS_MAX_CONNECTIONS)",
     )
     return p
 
@@ -210,6 +242,19 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SidecarConfig:
         raise ConfigError(f"--max-wait must be a number of seconds, got {args.max_wait!r}") from None
     if not 0 < max_wait <= 3600:
         raise ConfigError(f"--max-wait must be within (0, 3600] seconds, got {max_wait}")
+    try:
+        limits = limits_from(args)
+        parse_hosts(args.host, "--host")
+        parse_hosts(args.metrics_host, "--metrics-host")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        metrics_max_connections = int(args.metrics_max_connections)
+        replace(limits, max_connections=metrics_max_connections)
+    except ValueError:
+        raise ConfigError(
+            f"--metrics-max-connections must be from 1 to 100000, got {args.metrics_max_connections!r}"
+        ) from None
     return SidecarConfig(
         pod_name=args.pod_name,
         namespace=args.namespace,
@@ -226,4 +271,6 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SidecarConfig:
         zone=args.zone,
         max_wait=max_wait,
         pod_uid=args.pod_uid,
+        limits=limits,
+        metrics_max_connections=metrics_max_connections,
     )

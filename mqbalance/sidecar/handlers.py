@@ -14,6 +14,7 @@ from mqbalance.sidecar.answers import RouteEntry, route_json
 from mqbalance.sidecar.errors import ApiError
 from mqbalance.sidecar.keys import CONFIG, OPENAPI, RECORDER, STATE
 from mqbalance.sidecar.params import (
+    check_broker,
     check_params,
     finite_number,
     group_of,
@@ -137,6 +138,7 @@ async def report_send(request: web.Request) -> web.Response:
             f"field 'latencyMs' is required and must be a number from 0 to {JAVA_LONG_MAX} "
             f"(RocketMQ keeps it in a Java long), got {raw_latency!r}",
         )
+    check_broker(request, broker)
     failed = bool(body.get("failed") or False)
     reachable = body.get("reachable")
     state = request.app[STATE]

@@ -11,9 +11,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
-
+from mqbalance import listener
 from mqbalance.kube import KubeClient
+from mqbalance.listener import parse_hosts
 from mqbalance.sidecar.acks import AckRecorder
 from mqbalance.sidecar.app import SOURCE_TASK, STATE, create_app, create_metrics_app
 from mqbalance.sidecar.config import ConfigError, SidecarConfig, parse_config
@@ -52,11 +52,11 @@ async def serve(config: SidecarConfig) -> int:
     else:
         source = FilesSource(config.assignment_files, config.file_poll_interval)
     app = create_app(config, source=source, recorder=recorder)
-    runners = [web.AppRunner(app, access_log=None)]
-    sites = [(runners[0], config.host, config.port)]
+    runners = [listener.runner(app, config.limits)]
+    sites = [(runners[0], parse_hosts(config.host), config.port)]
     if config.metrics_port:
-        runners.append(web.AppRunner(create_metrics_app(app[STATE]), access_log=None))
-        sites.append((runners[1], config.metrics_host, config.metrics_port))
+        runners.append(listener.runner(create_metrics_app(app[STATE]), config.metrics_limits))
+        sites.append((runners[1], parse_hosts(config.metrics_host), config.metrics_port))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -65,9 +65,9 @@ async def serve(config: SidecarConfig) -> int:
         for runner in runners:
             await runner.setup()
         freeze_heap()
-        for runner, host, port in sites:
-            await web.TCPSite(runner, host, port).start()
-            log.info("listening on %s:%d", host, port)
+        for runner, hosts, port in sites:
+            await listener.Site(runner, hosts, port).start()
+            log.info("listening on %s port %d", ", ".join(hosts), port)
         source_task = app[SOURCE_TASK]
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({stopped, source_task}, return_when=asyncio.FIRST_COMPLETED)

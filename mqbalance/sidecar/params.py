@@ -111,14 +111,19 @@ async def group_served(request: web.Request) -> tuple[GroupState, Served]:
 
 async def json_body(request: web.Request, fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:
     """The request's JSON object; fields and their types checked, unknown ones refused."""
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except web.RequestPayloadError as e:  # a broken chunked or compressed encoding
+        raise ApiError(400, f"the request body cannot be read: {' '.join(str(e).split())}") from None
     if raw == b"{}" or not raw or raw.isspace():
         # {} is what a plain send posts: nothing to parse or check.
         return {}
     try:
         body = json.loads(raw)
-    except ValueError as e:
+    except ValueError as e:  # not JSON, or not UTF-8
         raise ApiError(400, f"the request body is not JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body nests arrays or objects too deeply to decode") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
     if unknown := body.keys() - fields.keys():
@@ -131,11 +136,18 @@ async def json_body(request: web.Request, fields: dict[str, tuple[type, ...]]) -
             not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
         ):
             expected = " or ".join(_JSON_TYPES[t] for t in types)
-            raise ApiError(400, f"field {name!r} must be {expected}, got {json.dumps(value)}")
+            raise ApiError(400, f"field {name!r} must be {expected}, got {shown(json.dumps(value))}")
     return body
 
 
 _JSON_TYPES = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+SHOWN = 100
+"""Characters of a client's value an error message quotes at most."""
+
+
+def shown(text: str) -> str:
+    """``text`` as an error message quotes it: cut after :data:`SHOWN` characters."""
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
 
 
 def route_of(request: web.Request) -> RouteEntry:
@@ -151,3 +163,18 @@ def route_of(request: web.Request) -> RouteEntry:
             hint = f"no Topic resource in namespace {config.namespace!r} has that topic name (known: {known})"
         raise ApiError(404, f"no route for topic {topic!r}: {hint}")
     return found
+
+
+def check_broker(request: web.Request, broker: str) -> None:
+    """A 404 unless a route the sidecar serves names ``broker``: a send report for any other broker
+    would grow the fault table and the isolation metric's label values without bound."""
+    state = request.app[STATE]
+    if state.routes_broker(broker):
+        return
+    if not request.app[CONFIG].watch_topics:
+        hint = "the sidecar runs with --no-topics, so it knows no routes"
+    else:
+        known = state.route_brokers()
+        listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        hint = f"no Topic's route names it (route brokers: {listed or 'none'})"
+    raise ApiError(404, f"unknown broker {shown(repr(broker))}: {hint}")

@@ -237,6 +237,8 @@ class SidecarState:
         """Topic resource name -> route."""
         self._by_topic: dict[str, RouteEntry] = {}
         """RocketMQ topic name -> route."""
+        self._route_brokers: frozenset[str] = frozenset()
+        """Every broker a route names: the only ones a send report may name."""
         self.metrics.watch_brokers(self.broker_states)
 
     # -- assignments -------------------------------------------------------------
@@ -305,6 +307,7 @@ class SidecarState:
 
     def _reindex(self) -> None:
         self._by_topic = {e.route.topic: e for _, e in sorted(self._topics.items())}
+        self._route_brokers = frozenset(b.name for e in self._topics.values() for b in e.route.brokers)
 
     def route_entry(self, topic: str) -> RouteEntry | None:
         """By RocketMQ topic name, else by Topic resource name."""
@@ -321,11 +324,15 @@ class SidecarState:
 
     # -- producer faults ---------------------------------------------------------
 
+    def routes_broker(self, name: str) -> bool:
+        return name in self._route_brokers
+
+    def route_brokers(self) -> list[str]:
+        return sorted(self._route_brokers)
+
     def brokers(self) -> list[str]:
-        """Every broker a route names or a send report mentioned."""
-        known = {b.name for e in self._topics.values() for b in e.route.brokers}
-        known.update(i.broker for i in self.selector.faults.items())
-        return sorted(known)
+        """Every broker a route names or a send report mentioned (a broker since gone from the routes)."""
+        return sorted(self._route_brokers.union(i.broker for i in self.selector.faults.items()))
 
     def broker_states(self) -> list[tuple[str, bool]]:
         faults = self.selector.faults

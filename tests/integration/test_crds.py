@@ -71,6 +71,7 @@ def test_the_stored_crds_keep_their_rules_and_selectable_fields_where_the_server
     if cluster.legacy:
         # 1.20 knows neither field and drops both; nothing else about the CRD changes.
         assert rules(groups["schema"]) == []
+        assert rules(topics["schema"]) == []
         assert "selectableFields" not in groups
         assert "selectableFields" not in topics
         assert groups["schema"]["openAPIV3Schema"]["properties"]["spec"]["required"] == ["topics", "selector"]
@@ -79,6 +80,10 @@ def test_the_stored_crds_keep_their_rules_and_selectable_fields_where_the_server
     # The object name, the handover lease, two selector rules, three strategy rules.
     assert len(rules(source["schema"])) == 7
     assert sorted(rules(groups["schema"])) == sorted(rules(source["schema"]))
+    topic_source = yaml.safe_load((CRDS / "mqbalance.io_topics.yaml").read_text())["spec"]["versions"][0]
+    # The queue counts without a NameServer, the read and write queues per topic (docs/operator.md, Bounds).
+    assert len(rules(topic_source["schema"])) == 3
+    assert sorted(rules(topics["schema"])) == sorted(rules(topic_source["schema"]))
     assert [f["jsonPath"] for f in groups["selectableFields"]] == [
         ".spec.groupName",
         ".spec.strategy.name",

@@ -28,6 +28,8 @@ from mqbalance.injector.spec import (
     pod_patch,
     sidecar_container,
 )
+from mqbalance.listener_limits import parse_hosts
+from mqbalance.sidecar.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,6 +92,23 @@ def test_the_container_has_probes_drain_and_settings() -> None:
         {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_PATH, "readOnly": True}
     ]
     assert settings.min_grace_period == 115
+
+
+def test_the_metrics_listen_on_the_pods_ip_and_loopback_as_the_sidecar_reads_them() -> None:
+    container = sidecar_container(SidecarSettings(), "orders")
+    names = [e["name"] for e in container["env"]]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # The kubelet expands $(VAR) only from variables defined earlier in the list.
+    assert names.index("POD_IP") < names.index("MQBALANCE_METRICS_HOST")
+    expanded = {
+        name: value.replace("$(POD_IP)", "10.244.1.7")
+        for name, value in env.items()
+        if isinstance(value, str)
+    }
+    config = parse_config([], {**expanded, "POD_NAME": "orders-0", "POD_NAMESPACE": "shop"})
+    assert parse_hosts(config.metrics_host) == ("10.244.1.7", "127.0.0.1")
+    assert config.metrics_port == 9091
 
 
 def test_settings_read_the_charts_json_and_refuse_unknown_keys() -> None:

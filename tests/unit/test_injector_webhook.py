@@ -120,6 +120,57 @@ async def test_a_bad_request_gets_a_4xx_json_error(
     assert complaint in answer["error"]
 
 
+def with_object(obj: Any) -> bytes:
+    return json.dumps({**review(POD), "request": {**review(POD)["request"], "object": obj}}).encode()
+
+
+ANNOTATED = {"annotations": {GROUP_ANNOTATION: "orders"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        (b"[" * 50_000, "too deeply"),
+        (b'{"request": ' + b"[" * 50_000 + b"}", "too deeply"),
+        (b"\xff\xfe{}", "not JSON"),
+        (with_object({"metadata": "orders"}), "metadata"),
+        (with_object({"metadata": {"annotations": ["orders"]}}), "annotations"),
+        (with_object({"metadata": {"annotations": {GROUP_ANNOTATION: 3}}}), "annotations"),
+        (with_object({"metadata": {**ANNOTATED, "labels": "x"}}), "labels"),
+        (with_object({"metadata": ANNOTATED, "spec": []}), "spec"),
+        (with_object({"metadata": ANNOTATED, "spec": {"containers": "app"}}), "containers"),
+        (with_object({"metadata": ANNOTATED, "spec": {"containers": ["app"]}}), "containers"),
+        (with_object({"metadata": ANNOTATED, "spec": {"volumes": [1]}}), "volumes"),
+    ],
+    ids=[
+        "deep",
+        "deep-in-a-field",
+        "not-utf-8",
+        "metadata",
+        "annotations",
+        "annotation-value",
+        "labels",
+        "spec",
+        "containers",
+        "container",
+        "volume",
+    ],
+)
+async def test_a_malformed_review_is_400_not_500(client: Client, body: bytes, complaint: str) -> None:
+    resp = await client.post("/mutate", data=body, headers={"Content-Type": "application/json"})
+    assert resp.status == 400, await resp.text()
+    answer = await resp.json()
+    assert answer["status"] == 400
+    assert complaint in answer["error"]
+
+
+async def test_a_body_that_cannot_be_decoded_is_400(client: Client) -> None:
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    resp = await client.post("/mutate", data=b"\x1f\x8b garbage", headers=headers)
+    assert resp.status == 400, await resp.text()
+    assert "gzip" in (await resp.json())["error"]
+
+
 async def test_wrong_content_type_and_health(client: Client) -> None:
     resp = await client.post("/mutate", data=b"{}", headers={"Content-Type": "text/plain"})
     assert resp.status == 415

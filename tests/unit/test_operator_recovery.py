@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import configmap_name
 from mqbalance.operator import group_reconciler
+from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import create_app
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.offsets import BrokerFailure, OffsetReader
@@ -368,3 +370,50 @@ async def test_a_standby_is_healthy_whatever_its_queue(aiohttp_client: Any) -> N
     client = await aiohttp_client(create_app(CollectorRegistry(), runtime._health))
     answer = await client.get("/healthz")
     assert (answer.status, await answer.json()) == (200, {"status": "ok", "standby": True, "groups": 0})
+
+
+def named(name: str, app: str) -> dict[str, Any]:
+    body = group(debounce=0.0)
+    body["metadata"] = {**body["metadata"], "name": name, "uid": f"{name}-uid"}
+    body["spec"] = {**body["spec"], "selector": {"matchLabels": {"app": app}}}
+    return body
+
+
+async def test_a_large_group_is_decided_off_the_loop_while_the_others_are_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One tenant's group within the bounds may take minutes of CPU to decide: decided on a thread of
+    its own, it holds up no other group, and a second such group waits for its turn without holding a
+    worker (the harness has two)."""
+    release = threading.Event()
+    entered: list[str] = []
+
+    def slow(observed: Any) -> Any:  # stands for a decision taking minutes
+        entered.append(observed.name)
+        if observed.name.startswith("big") and not release.wait(30):
+            raise TimeoutError("never released")
+        return reconcile(observed)
+
+    monkeypatch.setattr(group_reconciler, "reconcile", slow)
+    monkeypatch.setattr(group_reconciler, "OFF_LOOP_WORK", 9)  # three pods of one topic, and up
+    async with Harness() as h:
+        c = h.controller
+        c.on_topic((NS, "t"), None, TOPIC)
+        for name, app, pods in (("big", "big", 3), ("big2", "big2", 3), ("small", "small", 2)):
+            for i in range(pods):
+                c.on_pod((NS, f"{name}-{i}"), None, PodInfo(f"{name}-{i}", {"app": app}, "n1", True, True))
+            c.on_group((NS, name), None, named(name, app))
+        c.synced.set()
+        await until(lambda: "small" in {r.group for r in h.journal.records})
+        # The small group published while the first large one is still being decided, and the second
+        # waits for the thread without holding the other worker.
+        first, second = ("big", "big2") if "big" in entered else ("big2", "big")
+        assert {r.group for r in h.journal.records} == {"small"}
+        assert [n for n in entered if n.startswith("big")] == [first]
+        assert c.queue.busy == 1
+        assert c.queue.due_at(("group", NS, second)) is not None
+        release.set()
+        await until(lambda: {r.group for r in h.journal.records} == {"small", first})
+        h.timer.advance(group_reconciler.BUSY_RETRY_SECONDS)  # the second one's turn
+        await until(lambda: {r.group for r in h.journal.records} == {"small", first, second})
+        assert all(not t.done() for t in h.tasks)

@@ -186,10 +186,17 @@ injection webhook uses; tests/unit/test_injector_spec.py checks that this render
       valueFrom:
         fieldRef:
           fieldPath: metadata.uid
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
     - name: MQBALANCE_GROUP
       value: {{ required "mqbalance.sidecar.container needs a group (the ConsumerGroup name)" .group | quote }}
     - name: MQBALANCE_SIDECAR_PORT
       value: {{ $sidecar.port | quote }}
+    # Metrics on the pod's IP (Prometheus, the probes) and loopback (port-forward), not every address.
+    - name: MQBALANCE_METRICS_HOST
+      value: "$(POD_IP),127.0.0.1"
     - name: MQBALANCE_METRICS_PORT
       value: {{ $sidecar.metricsPort | quote }}
     - name: MQBALANCE_FAULT_TABLE

@@ -32,7 +32,9 @@ from tests.integration.deploy.deploy_support import (
     GROUP,
     REPO,
     assert_no_denials,
+    by_kind,
     can_i,
+    documents,
     installed,
     permitted,
     run_helm,
@@ -503,3 +505,22 @@ def test_replicas_sharding_by_namespace_watch_the_cluster_as_the_chart_service_a
             replica.stop()
             core.delete_node(node)
         assert_no_denials((tmp_path / "operator.log").read_text())
+
+
+def test_the_api_server_admits_the_network_policies(
+    helm: Path, cluster: LocalCluster, namespace: str
+) -> None:
+    docs = documents(
+        run_helm(
+            helm, "template", "mq", str(CHART), "--namespace", namespace,
+            "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.sidecars.enabled=true",
+            "--set", "injector.enabled=true", "--set", "operator.externalMetrics.enabled=true",
+            "--set-json", 'networkPolicy.sidecars.extraIngress=[{"ports": [{"port": "http"}]}]',
+        ).stdout
+    )  # fmt: skip
+    policies = by_kind(docs, "NetworkPolicy")
+    assert len(policies) == 3
+    for policy in policies:
+        path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies?dryRun=All"
+        status, body = cluster.request("POST", path, policy)
+        assert status == 201, body

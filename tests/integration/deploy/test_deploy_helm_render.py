@@ -39,6 +39,8 @@ ALL_ON = [
         ["--set", "operator.leaderElection.enabled=false"],
         ["--set", "operator.replicas=3", "--set", "operator.leaderElection.shards=4"],
         ["--set", "operator.nameServer.addresses={ns-0:9876,ns-1:9876}"],
+        ["--set", "networkPolicy.enabled=true", "--set", "networkPolicy.sidecars.enabled=true"],
+        ["--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom=null"],
     ],
 )
 def test_helm_lint_strict(helm: Path, extra: list[str]) -> None:
@@ -247,6 +249,10 @@ def test_the_operator_accepts_the_rendered_arguments(helm: Path) -> None:
     assert command == "operator"
     # The kubelet expands $(POD_NAMESPACE); the operator's own parser then checks every flag.
     config = parse_args([a.replace("$(POD_NAMESPACE)", "mq-system") for a in args])
+    # Metrics and /healthz on the pod's IP and loopback only; $(POD_IP) comes from the downward API.
+    assert config.metrics_host == "$(POD_IP),127.0.0.1"
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert config.leader_election == "mq-mqbalance-operator"
     assert config.lease_namespace == "mq-system"
     assert config.shards == 3
@@ -335,6 +341,65 @@ def test_values_schema_rejects_bad_values(helm: Path) -> None:
             ("operator.nameServer.timeoutSeconds=0", "operator.nameServer.timeoutSeconds"),
             ("operator.nameServer.timeoutSeconds=61", "operator.nameServer.timeoutSeconds"),
             ("operator.replica=1", "replica"),
+        ],
+    )
+
+
+MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+def _policies(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    policies = by_kind(docs, "NetworkPolicy")
+    return {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"] for d in policies}
+
+
+def test_network_policies_are_opt_in_and_open_only_the_listeners_ports(helm: Path) -> None:
+    on = ["--set", "injector.enabled=true", "--set", "operator.externalMetrics.enabled=true"]
+    assert _policies(render(helm, *on)) == {}
+    policies = _policies(render(helm, *on, "--set", "networkPolicy.enabled=true"))
+    assert sorted(name for _, name in policies) == ["mq-mqbalance-injector", "mq-mqbalance-operator"]
+    operator = policies[("mq-system", "mq-mqbalance-operator")]
+    assert operator["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    assert operator["policyTypes"] == ["Ingress"]
+    assert operator["ingress"] == [
+        {"from": MONITORING, "ports": [{"port": 8080, "protocol": "TCP"}]},
+        # The API server's aggregation layer: from anywhere, to that port only.
+        {"ports": [{"port": 6443, "protocol": "TCP"}]},
+    ]
+    injector = policies[("mq-system", "mq-mqbalance-injector")]
+    assert injector["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "injector"
+    assert injector["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
+    # No metrics peers: the metrics rule goes, rather than a rule without `from`, which would admit anyone.
+    closed = _policies(
+        render(helm, "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom=null")
+    )
+    assert closed[("mq-system", "mq-mqbalance-operator")]["ingress"] == []
+
+
+def test_the_consumer_pods_policy_is_a_separate_opt_in_per_sidecar_namespace(helm: Path) -> None:
+    spaces = ["--set", "sidecar.namespaces={shop,pay}", "--set", "networkPolicy.enabled=true"]
+    assert [key for key in _policies(render(helm, *spaces)) if key[1].endswith("-sidecars")] == []
+    app_port = {"from": [{"podSelector": {}}], "ports": [{"port": 8080}]}
+    docs = render(
+        helm, *spaces,
+        "--set", "networkPolicy.sidecars.enabled=true",
+        "--set-json", f"networkPolicy.sidecars.extraIngress=[{json.dumps(app_port)}]",
+    )  # fmt: skip
+    policies = _policies(docs)
+    for namespace in ("shop", "pay"):
+        policy = policies[(namespace, "mq-mqbalance-sidecars")]
+        assert policy["podSelector"] == {"matchLabels": {"mqbalance.io/sidecar": "true"}}
+        metrics = {"from": MONITORING, "ports": [{"port": 9091, "protocol": "TCP"}]}
+        assert policy["ingress"] == [metrics, app_port]
+
+
+def test_values_schema_rejects_bad_network_policy_values(helm: Path) -> None:
+    assert_values_refused(
+        helm,
+        [
+            ("networkPolicy.enabled=yes", "networkPolicy.enabled"),
+            ("networkPolicy.metricsFrom[0].namespace=monitoring", "networkPolicy.metricsFrom.0"),
+            ("networkPolicy.sidecars.extraIngress[0].to=x", "networkPolicy.sidecars.extraIngress.0"),
         ],
     )
 

@@ -109,6 +109,9 @@ def test_the_injector_gets_the_same_sidecar_settings_and_valid_arguments(
     # Pods of these accounts get the sidecar Role in each consumer namespace; others are warned.
     assert config.accounts == {"mq-mqbalance-sidecar"}
     assert config.hosts == ("mq-mqbalance-injector.mq-system.svc",)
+    # It listens on the pod's IP, which the kubelet expands from the env var before the arguments.
+    assert config.host == "$(POD_IP)"
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert config.secret == "mq-mqbalance-injector-tls"
     assert config.webhook_config == "mq-mqbalance-injector"
     assert pod["serviceAccountName"] == "mq-mqbalance-injector"

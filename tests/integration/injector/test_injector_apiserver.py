@@ -9,6 +9,7 @@ import contextlib
 import json
 import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -186,9 +187,15 @@ def _start(cluster: LocalCluster, namespace: str, tmp_path: Path, *extra: str) -
         cluster.request("DELETE", f"/api/v1/namespaces/{other}")
 
 
+CAP = 8
+READ_TIMEOUT = 2
+
+
 @pytest.fixture
 def injector(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Injector]:
-    with _start(cluster, namespace, tmp_path) as running:
+    # The API server's calls within small listener limits (the defaults: 64, 10 s).
+    limits = (f"--max-connections={CAP}", f"--read-timeout={READ_TIMEOUT}")
+    with _start(cluster, namespace, tmp_path, *limits) as running:
         yield running
 
 
@@ -298,6 +305,44 @@ def test_a_bad_admission_review_gets_a_4xx_json_error(injector: Injector) -> Non
     assert (status, body["status"]) == (400, 400)
     status, body = injector.post(b"{}", content_type="text/plain")
     assert status == 415
+    status, body = injector.post(b"[" * 100_000)
+    assert (status, body["status"]) == (400, 400)
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
+    request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": {"metadata": "x"}}
+    status, body = injector.post(json.dumps({**review, "request": request}).encode())
+    assert (status, body["status"]) == (400, 400)
+    assert "object.metadata" in body["error"]
+
+
+def test_the_webhook_listener_cuts_off_silent_and_surplus_connections(injector: Injector) -> None:
+    wait_for("the injector to write the caBundle", lambda: _ca_bundle_published(injector), timeout=60)
+    wait_for("the injector to listen", lambda: _answers(injector), timeout=60)
+    context = ssl.create_default_context(cadata=injector.ca_pem().decode())
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", injector.port), timeout=scaled(20)) as silent:
+        assert silent.recv(1) == b""  # no TLS handshake within the read timeout: closed
+    assert time.monotonic() - began >= READ_TIMEOUT
+    conns = []
+    for _ in range(2 * CAP + 4):
+        raw = socket.create_connection(("127.0.0.1", injector.port), timeout=scaled(20))
+        conns.append(context.wrap_socket(raw, server_hostname="127.0.0.1"))
+    try:
+        for tls in conns[: CAP + 4]:  # the oldest made room for the newest
+            assert tls.recv(1) == b""
+        for tls in conns[CAP + 4 :]:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert tls.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        for tls in conns:
+            tls.close()
+
+
+def _answers(injector: Injector) -> bool:
+    injector.process.check()
+    try:
+        return injector.post(b"{}")[0] == 400
+    except (ConnectionError, urllib.error.URLError):
+        return False
 
 
 def test_the_serving_certificate_is_renewed_and_the_api_server_keeps_trusting_it(

@@ -38,6 +38,8 @@ LEASE_TOO_SHORT = "spec.handover.leaseSeconds must be at least 2 x renewSeconds"
 LOAD_NEEDS_STICKY = "spec.strategy.load balances measured traffic and only STICKY takes it"
 # crds/mqbalance.io_topics.yaml
 TOPIC_NEEDS_COUNTS = "without spec.nameServer, spec.brokers must list every broker with readQueueNums"
+READ_OVER_BOUND = "the brokers' readQueueNums add up to more than 4096, the bound of queues per topic"
+WRITE_OVER_BOUND = "the brokers' writeQueueNums add up to more than 4096, the bound of queues per topic"
 
 
 @dataclass(frozen=True)
@@ -461,6 +463,8 @@ def hand_written() -> list[Case]:
             "served",
         ),
         Case("Topic", "deeply nested unknown field", {**base_topic(), "junk": _deep(DEEP)}, "served"),
+        # The bounds on a route (docs/operator.md, Bounds): each broker within 1024 queues, the whole
+        # route over 4096 read or write queues.
         Case(
             "Topic",
             "huge: 64 brokers of 1024 queues",
@@ -469,6 +473,18 @@ def hand_written() -> list[Case]:
                     {"name": f"b{i}", "readQueueNums": 1024, "writeQueueNums": 1024} for i in range(64)
                 ]
             },
+            **cel_rejected("spec.brokers", READ_OVER_BOUND, "invalid:RouteTooLarge"),
+        ),
+        Case(
+            "Topic",
+            "write queues over the bound",
+            {"brokers": [{"name": f"b{i}", "readQueueNums": 1, "writeQueueNums": 1024} for i in range(5)]},
+            **cel_rejected("spec.brokers", WRITE_OVER_BOUND, "invalid:RouteTooLarge"),
+        ),
+        Case(
+            "Topic",
+            "at the bound: 64 brokers of 64 queues",
+            {"brokers": [{"name": f"b{i}", "readQueueNums": 64, "writeQueueNums": 64} for i in range(64)]},
             "served",
         ),
         Case(

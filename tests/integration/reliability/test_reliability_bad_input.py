@@ -35,9 +35,9 @@ CONTROL = "control"
 
 # A case's fate is awaited for FATE_BASE seconds plus PER_QUEUE for every queue of the Topics whose
 # fate is still awaited: the operator reconciles the probe groups in no particular order, so the wait
-# for one case may include the work on any case still pending, and a group subscribing a Topic of
-# 64 x 1,024 queues costs about a second of operator CPU per reconcile (plus the API server's work
-# on a 250 KB ConfigMap). 65,536 queues add about 33 s; wait_for scales the sum for the machine's load.
+# for one case may include the work on any case still pending, and a group subscribing a Topic at the
+# bound of 4,096 queues costs a fraction of a second of operator CPU per reconcile (a Topic over a bound
+# is refused from its counts, before its queues are built). wait_for scales the sum for the machine's load.
 FATE_BASE = 60.0
 PER_QUEUE = 0.0005
 SETTLE_BASE = 10.0

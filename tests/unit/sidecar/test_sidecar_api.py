@@ -346,8 +346,11 @@ async def test_bad_send_reports_are_400_naming_the_field(make_client: Factory, b
 
 async def test_faults_list_route_brokers_and_reported_ones(make_client: Factory) -> None:
     client = await make_client()
-    state_of(client).put_route("orders", ROUTE)
+    state = state_of(client)
+    state.put_route("audit", TopicRoute("audit", (Broker("broker-c", 4, 4),)))
     await client.post("/v1/sends", json={"broker": "broker-c", "latencyMs": 20})
+    state.put_route("orders", ROUTE)
+    state.delete_route("audit")  # broker-c left the routes: its reported state stays listed
     body = await (await client.get("/v1/faults")).json()
     assert body["generation"] == "5.x"
     by_name = {b["broker"]: b for b in body["brokers"]}
@@ -356,6 +359,55 @@ async def test_faults_list_route_brokers_and_reported_ones(make_client: Factory)
     assert by_name["broker-a"]["available"] is True
     assert by_name["broker-c"]["reported"] is True
     assert by_name["broker-c"]["currentLatencyMs"] == 20
+
+
+async def test_a_send_report_naming_no_route_broker_is_404_and_changes_nothing(
+    make_client: Factory, aiohttp_client: AiohttpClient
+) -> None:
+    client = await make_client()
+    state = state_of(client)
+    metrics = await aiohttp_client(create_metrics_app(state))
+    state.put_route("orders", ROUTE)
+    for i in range(50):
+        broker = f"made-up-{i}-" + "x" * 1000
+        body = {"broker": broker, "latencyMs": 60_000, "failed": True}
+        message = await error_of(await client.post("/v1/sends", json=body), 404)
+        assert f"made-up-{i}-" in message
+        assert "broker-a, broker-b" in message
+        assert len(message) < 300  # the client's string is not echoed in full
+    faults = await (await client.get("/v1/faults")).json()
+    assert [b["broker"] for b in faults["brokers"]] == ["broker-a", "broker-b"]
+    text = await (await metrics.get("/metrics")).text()
+    assert "made-up" not in text
+    without_topics = await make_client(watch_topics=False)
+    resp = await without_topics.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 1})
+    assert "--no-topics" in await error_of(resp, 404)
+
+
+DEEP = 50_000
+"""Nesting far beyond what Python's json decodes (its recursion limit), within the 64 KiB body limit."""
+
+
+@pytest.mark.parametrize("path", ["/v1/sends", "/v1/topics/orders/select", "/v1/release"])
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "complaint"),
+    [
+        (b"[" * DEEP, {}, 400, "too deeply"),
+        (b'{"broker": ' + b"[" * DEEP + b"}", {}, 400, "too deeply"),
+        (b'{"broker": "\xff\xfe"}', {}, 400, "not JSON"),
+        (b"\x1f\x8b garbage", {"Content-Encoding": "gzip"}, 400, "gzip"),
+        (b'{"broker": "' + b"b" * 70_000 + b'"}', {}, 413, "size"),
+    ],
+    ids=["deep", "deep-in-a-field", "not-utf-8", "broken-gzip", "too-large"],
+)
+async def test_a_malformed_body_is_a_4xx_json_error(
+    make_client: Factory, path: str, body: bytes, headers: dict[str, str], status: int, complaint: str
+) -> None:
+    client = await make_client()
+    state_of(client).put_route("orders", ROUTE)
+    state_of(client).publish("orders", document(1))
+    resp = await client.post(path, data=body, headers={"Content-Type": "application/json", **headers})
+    assert complaint in await error_of(resp, status)
 
 
 # -- errors from the router --------------------------------------------------------

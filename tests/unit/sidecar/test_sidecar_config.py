@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mqbalance.listener_limits import Limits
 from mqbalance.producer import Generation
 from mqbalance.sidecar.config import ConfigError, FaultTable, parse_config
 
@@ -33,6 +34,17 @@ def test_options_win_over_the_environment() -> None:
     assert config.fault_tolerance
 
 
+def test_listener_limits_and_addresses_from_the_environment() -> None:
+    defaults = parse_config([], ENV)
+    assert defaults.limits == Limits(max_connections=512)
+    assert defaults.metrics_limits == Limits(max_connections=16)
+    env = {**ENV, "MQBALANCE_METRICS_HOST": "10.1.2.3,127.0.0.1", "MQBALANCE_MAX_CONNECTIONS": "16"}
+    config = parse_config(["--idle-timeout", "30", "--metrics-max-connections", "8"], env)
+    assert config.metrics_host == "10.1.2.3,127.0.0.1"
+    assert config.limits == Limits(max_connections=16, idle_timeout=30)
+    assert config.metrics_limits == Limits(max_connections=8, idle_timeout=30)
+
+
 def test_assignment_files_name_their_group_when_there_are_several() -> None:
     one = parse_config(["--assignment-file", "/etc/mq/assignment.json", "--no-topics"], ENV)
     assert one.assignment_files == {"orders": Path("/etc/mq/assignment.json")}
@@ -56,6 +68,11 @@ def test_assignment_files_name_their_group_when_there_are_several() -> None:
         (["--max-wait", "-3"], ENV, "--max-wait"),
         (["--assignment-file", "/x.json"], {**ENV, "MQBALANCE_GROUP": "a,b"}, "GROUP=PATH"),
         (["--assignment-file", "zz=/x.json"], ENV, "'zz'"),
+        (["--metrics-host", "10.1.2.3,"], ENV, "--metrics-host"),
+        (["--max-connections", "0"], ENV, "--max-connections"),
+        (["--metrics-max-connections", "lots"], ENV, "--metrics-max-connections"),
+        ([], {**ENV, "MQBALANCE_METRICS_MAX_CONNECTIONS": "0"}, "--metrics-max-connections"),
+        ([], {**ENV, "MQBALANCE_READ_TIMEOUT": "soon"}, "--read-timeout"),
     ],
 )
 def test_bad_settings_name_the_option(argv: list[str], env: dict[str, str], names: str) -> None:

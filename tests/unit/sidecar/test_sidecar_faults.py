@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mqbalance.model import Broker, TopicRoute
 from mqbalance.producer import Generation
 from tests.unit.sidecar.sidecar_support import ROUTE, Client, Factory, FakeClock, state_of
 
@@ -41,6 +42,11 @@ def windows(generation: Generation) -> list[tuple[float, int]]:
     return cases
 
 
+def route_naming(client: Client, *brokers: str) -> None:
+    """A route through ``brokers``: a send report may name only a broker of a route."""
+    state_of(client).put_route("faults", TopicRoute("faults", tuple(Broker(b, 4, 4) for b in brokers)))
+
+
 async def fault(client: Client, broker: str) -> dict[str, Any]:
     body = await (await client.get("/v1/faults")).json()
     return next(b for b in body["brokers"] if b["broker"] == broker)
@@ -51,6 +57,7 @@ async def test_each_latency_isolates_for_its_window(
     make_client: Factory, clock: FakeClock, generation: Generation
 ) -> None:
     client = await make_client(generation=generation)
+    route_naming(client, *(f"broker-{i}" for i in range(len(windows(generation)))))
     for i, (latency, window_ms) in enumerate(windows(generation)):
         broker = f"broker-{i}"  # a fresh broker per case: 5.x only ever lengthens a window
         resp = await client.post("/v1/sends", json={"broker": broker, "latencyMs": latency})
@@ -71,6 +78,7 @@ async def test_a_failure_isolates_for_the_tables_failure_window(
     make_client: Factory, clock: FakeClock, generation: Generation
 ) -> None:
     client = await make_client(generation=generation)
+    state_of(client).put_route("orders", ROUTE)
     resp = await client.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 3, "failed": True})
     assert (await resp.json())["isolationMs"] == FAILURE[generation]
     clock.advance(FAILURE[generation] / 1000 - 0.5)
@@ -82,6 +90,7 @@ async def test_a_failure_isolates_for_the_tables_failure_window(
 async def test_4x_overwrites_a_window_and_5x_only_extends_it(make_client: Factory, clock: FakeClock) -> None:
     for generation, available_after_fast_send in ((Generation.V4, True), (Generation.V5, False)):
         client = await make_client(generation=generation)
+        state_of(client).put_route("orders", ROUTE)
         await client.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 1, "failed": True})
         await client.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 1})
         assert (await fault(client, "broker-a"))["available"] is available_after_fast_send
@@ -109,6 +118,7 @@ async def test_selection_avoids_an_isolated_broker_until_its_window_ends(
 
 async def test_unreachable_brokers_are_reported(make_client: Factory) -> None:
     client = await make_client()
+    state_of(client).put_route("orders", ROUTE)
     await client.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 5, "reachable": False})
     item = await fault(client, "broker-a")
     assert item["reachable"] is False
@@ -119,6 +129,7 @@ async def test_fault_times_are_whole_milliseconds_and_fractions_truncate(
     make_client: Factory, clock: FakeClock
 ) -> None:
     client = await make_client()
+    state_of(client).put_route("orders", ROUTE)
     body = await (await client.post("/v1/sends", json={"broker": "broker-a", "latencyMs": 549.9})).json()
     assert (body["currentLatencyMs"], body["isolationMs"], body["available"]) == (549, 0, True)
     body = await (await client.post("/v1/sends", json={"broker": "broker-b", "latencyMs": 550.7})).json()
