@@ -62,7 +62,7 @@ def _raw(data: bytes) -> Answer:
 
 
 def _error_code(request: RemotingCommand) -> bytes:
-    remark = "x" * 1_000_000  # a remark of a megabyte: kept to a line in a condition, not in memory
+    remark = "x" * 65_536  # a long remark: kept to a line in a condition
     response = RemotingCommand(
         code=ResponseCode.SYSTEM_ERROR, opaque=request.opaque, flag=FLAG_RESPONSE, remark=remark
     )

@@ -1,11 +1,13 @@
 """CONSISTENT_HASH (AllocateMessageQueueConsistentHash over RocketMQ's ConsistentHashRouter).
 
 RocketMQ's clients each build the ring and route every queue, keeping their own. Here the
-ring is built once per group and every queue is routed once, with the same answer.
+ring is built once per group (and kept for its next topics: a group of 256 members with 1,000
+virtual nodes each is a ring of 256,000) and every queue is routed once, with the same answer.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -48,9 +50,15 @@ def allocate_consistent_hash(
     queues: Sequence[MessageQueue], consumers: Sequence[str], virtual_nodes: int
 ) -> Shares:
     shares: Shares = {consumer: [] for consumer in consumers}
-    ring = HashRing(consumers, virtual_nodes)
+    ring = _ring(tuple(consumers), virtual_nodes)
     for mq in queues:
         owner = ring.route(str(mq))
         if owner is not None:
             shares[owner].append(mq)
     return shares
+
+
+@functools.lru_cache(maxsize=2)
+def _ring(consumers: tuple[str, ...], virtual_nodes: int) -> HashRing:
+    """The ring of ``consumers``, built once for all the topics of a group (never changed: shared)."""
+    return HashRing(consumers, virtual_nodes)
