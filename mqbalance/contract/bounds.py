@@ -119,8 +119,8 @@ def check_group_queues(queues: int, members: int, broadcasting: bool) -> None:
         raise OverBound(
             TOO_MANY_QUEUES,
             f"the group's {queues} read queues over its {members} members make {queues * members} "
-            f"queue-member pairs, over the bound of {MAX_QUEUES_TIMES_MEMBERS} per group {SEE}; fewer "
-            "queues or members make it fit (members beyond the queue count hold nothing anyway)",
+            f"queue-member pairs, over the bound of {MAX_QUEUES_TIMES_MEMBERS} per group: fewer queues or "
+            f"members make it fit, and members beyond the queue count hold nothing anyway {SEE}",
         )
     if broadcasting and queues * members > MAX_QUEUES_PER_GROUP:
         raise OverBound(

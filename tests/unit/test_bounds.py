@@ -377,8 +377,8 @@ def spread(topics: int, queues_each: int) -> dict[str, Any]:
             {},
             "TooManyQueues",
             "the group's 16384 read queues over its 129 members make 2113536 queue-member pairs, over the "
-            "bound of 2097152 per group (docs/operator.md, Bounds); fewer queues or members make it fit "
-            "(members beyond the queue count hold nothing anyway)",
+            "bound of 2097152 per group: fewer queues or members make it fit, and members beyond the queue "
+            "count hold nothing anyway",
         ),
     ],
     ids=["queues", "members", "broadcasting", "topics", "pairs"],
