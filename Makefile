@@ -147,6 +147,7 @@ test-chaos: venv node images rocketmq
 bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_allocation.py
 	$(BIN)/python bench/bench_load.py
+	$(BIN)/python bench/bench_bounds.py
 	$(BIN)/python bench/bench_sidecar.py
 	$(BIN)/python bench/bench_replay.py --sizes 400,2000 --modes single,local2
 	$(BIN)/python bench/bench_rebalance_latency.py
