@@ -50,7 +50,10 @@ import org.junit.jupiter.api.Test;
 @Tag("harness")
 class AclTest {
     private static final int BACKLOG = 300; // at 40 ms a message: 12 s, so the move lands mid-backlog on a busy machine
-    private static final int PULL_BACKLOG = 50; // per queue; a poll returns at most 10 (pullBatchSize)
+    // Per queue; a poll returns at most 10 (pullBatchSize). Deep enough that p0, polling until it has
+    // begun both moving queues, has not finished the one the client fetched first (on a busy machine
+    // the other queue's first pull can come many polls later).
+    private static final int PULL_BACKLOG = 200;
 
     private static RPCHook hook(TestEnv env) {
         return new AclClientRPCHook(new SessionCredentials((String) env.acl.get("accessKey"),
