@@ -32,7 +32,7 @@ help:
 	@echo "make node           a real node's parts too: kubelet, kube-scheduler, kube-proxy, pause; containerd, runc, CNI"
 	@echo "make images         build or reuse the container images (mmdebstrap bases, podman, pause, the replay)"
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
-	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
+	@echo "make java-test      build and test clients/java and the Spring Boot starter against a real RocketMQ, API server and sidecars"
 	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
 	@echo "make browser        install Debian's chromium for the report's screenshot test"
 	@echo "make kwok           build or reuse kwok (fake nodes for the fleet bench) from Go modules"
@@ -121,6 +121,8 @@ test: venv control-plane java-oracle rocketmq browser kwok lint
 java-test: venv control-plane rocketmq
 	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none test
 	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none -P rocketmq4 test
+	mvn -B -ntp -f clients/pom.xml -pl java-spring-boot -am -Dmqbalance.test.excludedGroups=none \
+		-Dtest='io.mqbalance.rocketmq.spring.**' -Dsurefire.failIfNoSpecifiedTests=false test
 
 test-k8s-1.20: venv control-plane-1.20
 	MQBALANCE_K8S_VERSION=1.20 $(BIN)/pytest $(PYTEST_PARALLEL) tests/integration

@@ -97,7 +97,13 @@ def sidecar(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.javaenv", description=__doc__)
-    parser.add_argument("--topic", action="append", default=[], metavar="NAME[:QUEUES]")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME[:QUEUES[:LISTED]]",
+        help="a topic of QUEUES queues on each broker whose Topic resource lists LISTED of them (all)",
+    )
     parser.add_argument(
         "--route-only-topic",
         action="append",
@@ -136,15 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.kubectl("create", "namespace", NAMESPACE)
             topics: dict[str, int] = {}
             for spec in args.topic:
-                name, _, queues = spec.partition(":")
+                name, _, rest = spec.partition(":")
+                queues, _, listed = rest.partition(":")
                 topics[name] = int(queues or 4)
                 mq.create_topic(name, topics[name])
-                cluster.kubectl(
-                    "apply",
-                    "-f",
-                    "-",
-                    input=json.dumps(topic_resource(name, NAMESPACE, BROKERS, topics[name])),
-                )
+                # The Topic resource may list fewer queues than the brokers have: the sidecar then
+                # selects only those, which tells its selection from the client's own.
+                resource = topic_resource(name, NAMESPACE, BROKERS, int(listed or topics[name]))
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(resource))
             for spec in args.route_only_topic:
                 name, _, queues = spec.partition(":")
                 cluster.kubectl(
