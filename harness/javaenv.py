@@ -37,7 +37,7 @@ from types import FrameType
 from harness import polling
 from harness.cluster import LocalCluster
 from harness.processes import ManagedProcess, free_port
-from harness.rocketmq import Acl, RocketMQ, topic_resource
+from harness.rocketmq import DEFAULT_VERSION, Acl, RocketMQ, topic_resource
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "java-it"
@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--group", action="append", default=[])
     parser.add_argument("--pods", default="p0,p1", help="comma-separated pod names, one sidecar each")
+    parser.add_argument("--version", default=DEFAULT_VERSION, help="the RocketMQ release of the two brokers")
     parser.add_argument("--acl-version", default=None, help="also a RocketMQ of this release with ACL on")
     parser.add_argument("--acl-topic", action="append", default=[], metavar="NAME[:QUEUES]")
     args = parser.parse_args(argv)
@@ -136,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir()
     try:
         with ExitStack() as stack:
-            mq = stack.enter_context(RocketMQ(brokers=BROKERS))
+            mq = stack.enter_context(RocketMQ(args.version, brokers=BROKERS))
             cluster = stack.enter_context(LocalCluster())
             cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
             cluster.kubectl("create", "namespace", NAMESPACE)
