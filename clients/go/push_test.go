@@ -2,6 +2,7 @@ package mqbalance
 
 import (
 	"testing"
+	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -108,5 +109,21 @@ func TestTheSidecarURLComesFromTheEnvironment(t *testing.T) {
 	t.Setenv(URLEnv, "")
 	if got := NewClient("").URL(); got != DefaultURL {
 		t.Fatalf("default: %q", got)
+	}
+}
+
+// A grant counts from when the request was sent: an answer read late grants no more than the
+// sidecar meant; a fenced answer grants nothing; an answer without a grant (handover Off) stands.
+func TestTheGrantCountsFromTheRequestsSend(t *testing.T) {
+	sent := time.Now()
+	v := &View{ValidFor: 500 * time.Millisecond, sent: sent}
+	if !v.grantValidAt(sent.Add(499*time.Millisecond)) || v.grantValidAt(sent.Add(500*time.Millisecond)) {
+		t.Fatal("a 500 ms grant is not valid for exactly 500 ms from the send")
+	}
+	if (&View{ValidFor: time.Hour, Fenced: true, sent: sent}).grantValidAt(sent) {
+		t.Fatal("a fenced answer granted something")
+	}
+	if !(&View{ValidFor: -1, sent: sent}).grantValidAt(sent.Add(24 * time.Hour)) {
+		t.Fatal("an answer without a grant ran out")
 	}
 }
