@@ -55,7 +55,10 @@ public class SidecarListenerContainers implements SmartLifecycle, DisposableBean
     synchronized SidecarPushConsumer install(String beanName, DefaultRocketMQListenerContainer container) {
         DefaultMQPushConsumer consumer = container.getConsumer();
         String consumerGroup = container.getConsumerGroup();
-        if (consumer == null || !properties.enabledFor(consumerGroup)) {
+        if (consumer == null) {
+            return null; // not initialised: rocketmq-spring failed it already
+        }
+        if (!properties.enabledFor(consumerGroup)) {
             LOG.info("mqbalance: listener of consumer group {} keeps RocketMQ's own rebalance (mqbalance.listeners"
                 + "[{}].enabled=false)", consumerGroup, consumerGroup);
             return null;
