@@ -132,9 +132,11 @@ type PushConsumer struct {
 	warnedAt   time.Time
 	handedOver int64
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	loopDone chan struct{}
+	// advancing makes one goroutine at a time hand queues over: a hole is consumed once.
+	advancing sync.Mutex
+	stop      chan struct{}
+	stopOnce  sync.Once
+	loopDone  chan struct{}
 }
 
 // NewPushConsumer makes rocketmq-client-go's push consumer with cfg's options and the helper's
@@ -376,6 +378,8 @@ func (p *PushConsumer) triggerRebalance() {
 // advance hands over what can be: each dropped queue whose calls have all returned gets its holes
 // consumed and its offset committed.
 func (p *PushConsumer) advance() {
+	p.advancing.Lock()
+	defer p.advancing.Unlock()
 	p.mu.Lock()
 	ready := map[Queue]*queueState{}
 	for q, st := range p.settling {
