@@ -187,7 +187,7 @@ func TestHandoverWithMessagesInFlight(t *testing.T) {
 					log.add(pod, m.QueueOffset)
 				}
 			}
-			time.Sleep(80 * time.Millisecond) // some messages are always in flight
+			time.Sleep(150 * time.Millisecond) // some messages are always in flight, and the backlog lasts seconds
 			return consumer.ConsumeSuccess, nil
 		})
 		if err != nil {
