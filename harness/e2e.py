@@ -1,10 +1,11 @@
 """End to end with real messages: one workload, several ways of balancing consumers, side by side.
 
 A producer sends keyed messages at a steady rate to a real RocketMQ (each key always to one
-queue). Every variant is one RocketMQ consumer group of Java push consumers (clients/java's
-``E2eConsumer``) consuming the whole topic; all variants run at the same time, against the same
-messages, and go through the same membership script: members join, one is SIGKILLed, one leaves
-cleanly, another joins. Afterwards each variant is scored from what its consumers wrote down:
+queue). Every variant is one RocketMQ consumer group of push consumers (clients/java's
+``E2eConsumer``, and in the mixed variants clients/go's consumer) consuming the whole topic; all
+variants run at the same time, against the same messages, and go through the same membership
+script: members join, one is SIGKILLed, one leaves cleanly, another joins. Afterwards each
+variant is scored from what its consumers wrote down:
 
 - lost: messages the broker stored (SEND_OK) that no member of the group ever consumed;
 - duplicates: consumptions beyond the first of the same (broker, queue, offset);
@@ -23,7 +24,13 @@ Variants (``VARIANTS``):
 - ``rocketmq-orderly``: as ``rocketmq`` with orderly consumers (``MessageListenerOrderly``: one
   queue at a time, under the broker's lock);
 - ``mqbalance-orderly``: as ``mqbalance-handover`` with ``spec.handover`` Orderly and orderly
-  consumers.
+  consumers;
+- ``mixed-rocketmq`` and ``mixed-handover``: as ``rocketmq`` and ``mqbalance-handover`` with every
+  odd member a Go consumer (clients/go's ``e2e/consumer``: rocketmq-client-go v2, the same
+  arguments and records), so one group has Java and Go members at once.
+
+RocketMQ and the Java members are of one release (``world(version=...)``: its servers, and
+clients/java built against its client line).
 
 For the mqbalance variants the operator's journal also gives each queue that moved between live
 members, and how long it went unconsumed (``harness.e2e_moves``).
