@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # default; `make test-k8s-1.20` runs it against 1.20 (Debian's source package). See
 # docs/local-cluster.md. The real-pod tests (`make test-node`, root) run on a kubelet + containerd
 # node of the same release (docs/real-node.md).
-.PHONY: help venv control-plane control-plane-demo control-plane-1.20 node images java-oracle rocketmq browser kwok java-test demo \
+.PHONY: help venv control-plane control-plane-demo control-plane-1.20 node images java-oracle rocketmq browser kwok java-test go-test test-rocketmq-lines demo \
 	demo-node test test-k8s-1.20 test-node test-chaos test-unit test-mutation test-slow lint format bench bench-node bench-fleet crds release \
 	release-previous clean
 
@@ -32,8 +32,10 @@ help:
 	@echo "make node           a real node's parts too: kubelet, kube-scheduler, kube-proxy, pause; containerd, runc, CNI"
 	@echo "make images         build or reuse the container images (mmdebstrap bases, podman, pause, the replay)"
 	@echo "make java-oracle    fetch or reuse the RocketMQ client jars the producer's differential tests run"
-	@echo "make java-test      build and test clients/java against a real RocketMQ, API server and sidecars"
-	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker (Maven Central)"
+	@echo "make java-test      build and test clients/java and the Spring Boot starter against a real RocketMQ, API server and sidecars"
+	@echo "make go-test        build and test clients/go (the rocketmq-client-go helper), its handover against a real RocketMQ"
+	@echo "make test-rocketmq-lines  the RocketMQ suites against 5.3.3 and 4.9.7 as well (CI runs the current line, 5.5.0)"
+	@echo "make rocketmq       fetch or reuse Apache RocketMQ's NameServer and Broker, 5.5.0, 5.3.3 and 4.9.7 (Maven Central)"
 	@echo "make browser        install Debian's chromium for the report's screenshot test"
 	@echo "make kwok           build or reuse kwok (fake nodes for the fleet bench) from Go modules"
 	@echo "make crds           copy crds/ into the Helm chart"
@@ -60,8 +62,11 @@ JAVA_ORACLE_VERSIONS := $(shell sed 's/\#.*//' tests/oracle/versions.txt)
 java-oracle:
 	bash hack/build-java-oracle.sh $(JAVA_ORACLE_VERSIONS) >/dev/null
 
+# Every release the RocketMQ suites run against: the current line, 5.3.3 and 4.9.7 (harness.rocketmq.LINES).
+ROCKETMQ_LINES := 5.5.0 5.3.3 4.9.7
+
 rocketmq:
-	bash hack/build-rocketmq.sh 5.3.3 4.9.7
+	bash hack/build-rocketmq.sh $(ROCKETMQ_LINES)
 
 browser:
 	bash hack/install-browser.sh >/dev/null
@@ -114,13 +119,35 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
 # The Java module's tests (their own RocketMQ, API server and sidecars, on free ports) run beside
 # pytest; their output goes to build/java-test.log and their summary follows pytest's.
 test: venv control-plane java-oracle rocketmq browser kwok lint
-	bash hack/beside.sh build/java-test.log '$(MAKE) --no-print-directory java-test' -- \
+	bash hack/beside.sh build/java-test.log '$(MAKE) --no-print-directory java-test go-test' -- \
 		env MQBALANCE_K8S_VERSION=current $(BIN)/pytest $(PYTEST_PARALLEL)
 
-# The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md).
+# The Java module's tests start harness.javaenv with this .venv (see clients/java/README.md): the
+# current line (5.5.0 client and servers) and the 4.x line in CI; then the Spring Boot starter's
+# (the example application against 5.5.0 servers). 5.3.3 runs in test-rocketmq-lines: the same
+# 5.x client classes as the current line (docs/rocketmq.md, "Releases").
 java-test: venv control-plane rocketmq
-	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none test
+	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none -P rocketmq55 test
 	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none -P rocketmq4 test
+	mvn -B -ntp -f clients/pom.xml -pl java-spring-boot -am -Dmqbalance.test.excludedGroups=none \
+		-Dmqbalance.test.rocketmqVersion=5.5.0 -Dtest='io.mqbalance.rocketmq.spring.**' \
+		-Dsurefire.failIfNoSpecifiedTests=false test
+
+# clients/go: vet, build (its modules into the cache, as the control plane's) and unit tests; its
+# handover test against real RocketMQ and sidecars (harness.javaenv), the current line's servers.
+go-test: venv control-plane rocketmq
+	bash hack/build-go-client.sh --test >/dev/null
+	bash hack/build-go-client.sh --harness-test >/dev/null
+
+# The RocketMQ suites against the releases CI leaves out: the Java module with the 5.3.3 client and
+# servers, the route and lag readers and the end-to-end messages with 5.3.3 and 4.9.7 servers.
+test-rocketmq-lines: venv control-plane rocketmq
+	mvn -B -ntp -f clients/java/pom.xml -Dmqbalance.test.excludedGroups=none test
+	for v in 5.3.3 4.9.7; do \
+		MQBALANCE_ROCKETMQ_VERSION=$$v MQBALANCE_K8S_VERSION=current $(BIN)/pytest -n 0 \
+			tests/integration/rocketmq/test_topic_routes.py tests/integration/rocketmq/test_nameserver_client.py \
+			tests/integration/rocketmq/test_lag_offsets.py tests/integration/rocketmq/test_e2e_messages.py || exit 1; \
+	done
 
 test-k8s-1.20: venv control-plane-1.20
 	MQBALANCE_K8S_VERSION=1.20 $(BIN)/pytest $(PYTEST_PARALLEL) tests/integration

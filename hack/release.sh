@@ -4,8 +4,11 @@
 #   mqbalance-V.tgz                                     the Helm chart (helm package)
 #   mqbalance-image-V.oci.tar                           the image, docker.io/mqbalance/mqbalance:V
 #   mqbalance-rocketmq-V{,-sources,-javadoc}.jar, .pom  the Java module
-#   mqbalance-V.cdx.json, mqbalance-rocketmq-V.cdx.json CycloneDX SBOMs: the image's Python
-#                                                       environment, the Java module's dependencies
+#   mqbalance-rocketmq-spring-boot-starter-V{,-sources,-javadoc}.jar, .pom
+#                                                       its Spring Boot starter
+#   mqbalance-V.cdx.json, mqbalance-rocketmq-V.cdx.json, mqbalance-rocketmq-spring-boot-starter-V.cdx.json
+#                                                       CycloneDX SBOMs: the image's Python environment,
+#                                                       the Java modules' dependencies
 #   RELEASE                                             the version, the commit and the source id
 #                                                       (below) the artifacts were made from
 #   SHA256SUMS
@@ -24,7 +27,8 @@ PY="$REPO/.venv/bin/python"
 DIST="${MQBALANCE_DIST:-$REPO/dist}"
 
 # What the artifacts are made of (every file of these, tracked or new, not ignored).
-SOURCES=(mqbalance charts crds clients/java Dockerfile .dockerignore pyproject.toml README.md LICENSE hack/release.sh)
+SOURCES=(mqbalance charts crds clients/pom.xml clients/java clients/java-spring-boot examples/spring-boot-consumer
+  Dockerfile .dockerignore pyproject.toml README.md LICENSE hack/release.sh)
 
 source_files() {  # the files of SOURCES as they are now, one per line, sorted
   git -C "$REPO" ls-files -c -o --exclude-standard -- "${SOURCES[@]}" | LC_ALL=C sort -u |
@@ -80,15 +84,18 @@ quietly "$REPO/.venv/bin/cyclonedx-py" environment --pyproject pyproject.toml --
 log "the Helm chart"
 quietly "$HELM" package "$src/charts/mqbalance" --version "$VERSION" --app-version "$VERSION" -d "$DIST"
 
-log "the Java module (jar, sources, javadoc, SBOM)"
-java="$src/clients/java"
-quietly mvn -B -ntp -f "$java/pom.xml" -DskipTests package \
+log "the Java module and its Spring Boot starter (jars, sources, javadoc, SBOMs)"
+# One reactor (clients/pom.xml): the starter depends on the module as built here.
+quietly mvn -B -ntp -f "$src/clients/pom.xml" -DskipTests package \
   org.cyclonedx:cyclonedx-maven-plugin:2.9.1:makeBom -DoutputFormat=json -DoutputName=bom
-for suffix in "" -sources -javadoc; do
-  cp "$java/target/mqbalance-rocketmq-$VERSION$suffix.jar" "$DIST/"
+for module in java:mqbalance-rocketmq java-spring-boot:mqbalance-rocketmq-spring-boot-starter; do
+  dir="$src/clients/${module%%:*}" artifact="${module#*:}"
+  for suffix in "" -sources -javadoc; do
+    cp "$dir/target/$artifact-$VERSION$suffix.jar" "$DIST/"
+  done
+  cp "$dir/pom.xml" "$DIST/$artifact-$VERSION.pom"
+  cp "$dir/target/bom.json" "$DIST/$artifact-$VERSION.cdx.json"
 done
-cp "$java/pom.xml" "$DIST/mqbalance-rocketmq-$VERSION.pom"
-cp "$java/target/bom.json" "$DIST/mqbalance-rocketmq-$VERSION.cdx.json"
 
 if ((image)); then
   log "the image docker.io/mqbalance/mqbalance:$VERSION"

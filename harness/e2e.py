@@ -1,10 +1,11 @@
 """End to end with real messages: one workload, several ways of balancing consumers, side by side.
 
 A producer sends keyed messages at a steady rate to a real RocketMQ (each key always to one
-queue). Every variant is one RocketMQ consumer group of Java push consumers (clients/java's
-``E2eConsumer``) consuming the whole topic; all variants run at the same time, against the same
-messages, and go through the same membership script: members join, one is SIGKILLed, one leaves
-cleanly, another joins. Afterwards each variant is scored from what its consumers wrote down:
+queue). Every variant is one RocketMQ consumer group of push consumers (clients/java's
+``E2eConsumer``, and in the mixed variants clients/go's consumer) consuming the whole topic; all
+variants run at the same time, against the same messages, and go through the same membership
+script: members join, one is SIGKILLed, one leaves cleanly, another joins. Afterwards each
+variant is scored from what its consumers wrote down:
 
 - lost: messages the broker stored (SEND_OK) that no member of the group ever consumed;
 - duplicates: consumptions beyond the first of the same (broker, queue, offset);
@@ -23,7 +24,13 @@ Variants (``VARIANTS``):
 - ``rocketmq-orderly``: as ``rocketmq`` with orderly consumers (``MessageListenerOrderly``: one
   queue at a time, under the broker's lock);
 - ``mqbalance-orderly``: as ``mqbalance-handover`` with ``spec.handover`` Orderly and orderly
-  consumers.
+  consumers;
+- ``mixed-rocketmq`` and ``mixed-handover``: as ``rocketmq`` and ``mqbalance-handover`` with every
+  odd member a Go consumer (clients/go's ``e2e/consumer``: rocketmq-client-go v2, the same
+  arguments and records), so one group has Java and Go members at once.
+
+RocketMQ and the Java members are of one release (``world(version=...)``: its servers, and
+clients/java built against its client line).
 
 For the mqbalance variants the operator's journal also gives each queue that moved between live
 members, and how long it went unconsumed (``harness.e2e_moves``).
@@ -52,7 +59,7 @@ from harness.cluster import LocalCluster
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
 from harness.kubeapi import KubeApi
 from harness.processes import ManagedProcess, OperatorProcess, SidecarProcess
-from harness.rocketmq import RocketMQ, topic_resource
+from harness.rocketmq import CURRENT_VERSION, DEFAULT_VERSION, RocketMQ, is_5x, topic_resource
 from mqbalance.journal import JournalRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,21 +85,41 @@ class E2eError(RuntimeError):
 # -- Java -------------------------------------------------------------------------------------
 
 
-def java_classpath() -> str:
-    """Compile clients/java (main and test sources) and return the classpath of its programs."""
-    out = JAVA_MODULE / "target" / "test-classpath.txt"
+def client_profile(version: str) -> tuple[str, Path]:
+    """clients/java's Maven profile that builds against ``version``'s client line, and its build
+    directory: ``rocketmq4`` for 4.x, ``rocketmq55`` for the current line, none for 5.3.3."""
+    if not is_5x(version):
+        return "rocketmq4", JAVA_MODULE / "target" / "rocketmq4"
+    if version == CURRENT_VERSION:
+        return "rocketmq55", JAVA_MODULE / "target" / "rocketmq55"
+    return "", JAVA_MODULE / "target"
+
+
+def java_classpath(version: str = DEFAULT_VERSION) -> str:
+    """Compile clients/java (main and test sources) against ``version``'s client and return the
+    classpath of its programs."""
+    profile, target = client_profile(version)
+    out = target / "test-classpath.txt"
     if shutil.which("mvn") is None or shutil.which("java") is None:
         raise E2eError("java and mvn are needed: `make rocketmq` installs them (Debian's JDK 17 and Maven)")
     argv = [
-        "mvn", "-B", "-q", "-f", str(JAVA_MODULE / "pom.xml"), "test-compile", "dependency:build-classpath",
-        f"-Dmdep.outputFile={out}", "-Dmdep.includeScope=test",
+        "mvn", "-B", "-q", "-f", str(JAVA_MODULE / "pom.xml"), *(("-P", profile) if profile else ()),
+        "test-compile", "dependency:build-classpath", f"-Dmdep.outputFile={out}", "-Dmdep.includeScope=test",
     ]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise E2eError(f"building clients/java failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
     deps = out.read_text().strip()
-    target = JAVA_MODULE / "target"
     return os.pathsep.join([str(target / "classes"), str(target / "test-classes"), deps])
+
+
+def build_go_consumer() -> Path:
+    """Build clients/go's e2e consumer (its modules fetched once into the cache) and return it."""
+    script = REPO / "hack" / "build-go-client.sh"
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise E2eError(f"{script} failed:\n{result.stderr[-3000:]}")
+    return Path(result.stdout.strip().splitlines()[-1])
 
 
 class JavaProgram(ManagedProcess):
@@ -162,6 +189,17 @@ class JavaProgram(ManagedProcess):
                 self.kill()
 
 
+class GoProgram(JavaProgram):
+    """clients/go's e2e consumer: the same arguments, output and signals as the Java member (SIGTERM
+    shuts the consumer down cleanly), started and awaited the same way."""
+
+    def __init__(self, binary: Path, args: Sequence[str], log: Path) -> None:
+        argv = [str(binary), *args]
+        pipe = subprocess.PIPE
+        ManagedProcess.__init__(self, log.stem, argv, None, log, E2eError, group=True, stdin=pipe, cwd=None)
+        JavaProgram.live.add(self)
+
+
 # -- the world ----------------------------------------------------------------------------------
 
 
@@ -176,32 +214,44 @@ class World:
     classpath: str
     operator: OperatorProcess | None = None
 
+    go_consumer: Path | None = None
+    """clients/go's e2e consumer, built by the first Go member (hack/build-go-client.sh)."""
+
     def consumer(
-        self, group: str, name: str, mode: str, sidecar: str | None = None, listener: str = "concurrently"
+        self,
+        group: str,
+        name: str,
+        mode: str,
+        sidecar: str | None = None,
+        listener: str = "concurrently",
+        language: str = "java",
     ) -> JavaProgram:
+        """A member: clients/java's E2eConsumer, or (``language="go"``) clients/go's consumer,
+        which takes the same arguments and writes the same records."""
         args = [
             "--namesrv", self.mq.namesrv_addr, "--group", group, "--topic", TOPIC, "--mode", mode,
             "--name", name, "--out", str(self.workdir / f"{group}.{name}.tsv"), "--listener", listener,
         ]  # fmt: skip
         if sidecar is not None:
             args += ["--sidecar", sidecar]
-        return JavaProgram(
-            self.classpath,
-            "io.mqbalance.rocketmq.e2e.E2eConsumer",
-            args,
-            self.workdir / f"{group}.{name}.log",
-        )
+        log = self.workdir / f"{group}.{name}.log"
+        if language == "go":
+            if self.go_consumer is None:
+                self.go_consumer = build_go_consumer()
+            return GoProgram(self.go_consumer, args, log)
+        return JavaProgram(self.classpath, "io.mqbalance.rocketmq.e2e.E2eConsumer", args, log)
 
 
 @contextlib.contextmanager
-def world(workdir: Path | None = None) -> Iterator[World]:
-    """RocketMQ with the topic, a control plane with the CRDs, a node and the Topic, and the operator."""
+def world(workdir: Path | None = None, version: str = DEFAULT_VERSION) -> Iterator[World]:
+    """RocketMQ of ``version`` with the topic, a control plane with the CRDs, a node and the Topic,
+    and the operator; the Java programs built against the client of ``version``'s line."""
     own = workdir is None
     path = Path(tempfile.mkdtemp(prefix="mqbalance-e2e-")) if workdir is None else workdir
     path.mkdir(parents=True, exist_ok=True)
-    classpath = java_classpath()
+    classpath = java_classpath(version)
     try:
-        with RocketMQ(brokers=BROKERS) as mq, LocalCluster() as cluster:
+        with RocketMQ(version, brokers=BROKERS) as mq, LocalCluster() as cluster:
             mq.create_topic(TOPIC, QUEUES_PER_BROKER)
             cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
             cluster.kubectl("create", "namespace", NAMESPACE)
@@ -250,6 +300,10 @@ class Variant:
         """Member ``i``'s consumer name (its pod's name), as the journal and the records name it."""
         raise NotImplementedError
 
+    def language(self, i: int) -> str:
+        """Member ``i``'s client: ``java`` (clients/java's E2eConsumer) or ``go`` (clients/go's)."""
+        return "java"
+
     def setup(self) -> None:
         """Before the first member starts."""
 
@@ -279,7 +333,9 @@ class RocketMQVariant(Variant):
         return f"c{i}"
 
     def join(self, i: int) -> None:
-        program = self.world.consumer(self.group, self.member(i), "rocketmq", listener=self.listener)
+        program = self.world.consumer(
+            self.group, self.member(i), "rocketmq", listener=self.listener, language=self.language(i)
+        )
         program.start()
         self.members[i] = program
 
@@ -348,7 +404,7 @@ class MqbalanceVariant(Variant):
         )  # fmt: skip
         sidecar.start()
         consumer = self.world.consumer(
-            self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}", self.listener
+            self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}", self.listener, self.language(i)
         )
         try:
             consumer.start()
@@ -420,6 +476,27 @@ class MqbalanceOrderlyVariant(MqbalanceHandoverVariant):
     mode = "Orderly"
 
 
+class MixedRocketMQVariant(RocketMQVariant):
+    """A group of Java and Go push consumers (odd members Go) under their own clients' rebalance:
+    each computes its share alone, Java's AllocateMessageQueueAveragely beside rocketmq-client-go's
+    AllocateByAveragely, from member lists read at different moments."""
+
+    name = "mixed-rocketmq"
+
+    def language(self, i: int) -> str:
+        return "go" if i % 2 else "java"
+
+
+class MixedHandoverVariant(MqbalanceHandoverVariant):
+    """The same mixed group through the sidecars with spec.handover Release: Java members through
+    SidecarPushConsumer, Go members through clients/go's PushConsumer."""
+
+    name = "mixed-handover"
+
+    def language(self, i: int) -> str:
+        return "go" if i % 2 else "java"
+
+
 VARIANTS: dict[str, type[Variant]] = {
     v.name: v
     for v in (
@@ -428,6 +505,8 @@ VARIANTS: dict[str, type[Variant]] = {
         MqbalanceHandoverVariant,
         RocketMQOrderlyVariant,
         MqbalanceOrderlyVariant,
+        MixedRocketMQVariant,
+        MixedHandoverVariant,
     )
 }
 
@@ -477,6 +556,12 @@ class Score:
     """Queue (``broker:id``) -> the members that consumed this run's messages from it."""
     owners: dict[str, frozenset[str]] | None = None
     """mqbalance variants: queue -> every member a generation of the group named as its owner."""
+    queue_gaps: dict[str, float] = field(default_factory=dict)
+    """Queue (``broker:id``) -> the longest time it went without a consumption while messages came."""
+
+    def idle_queues(self, seconds: float) -> list[str]:
+        """The queues that went unconsumed for longer than ``seconds`` at some point of the run."""
+        return sorted(q for q, gap in self.queue_gaps.items() if gap > seconds)
 
 
 def run(
@@ -673,8 +758,12 @@ def score_variant(
     for (broker, queue, _), at in first_at.items():
         by_queue[(broker, queue)].append(at)
     longest, where, gap_at = 0.0, "-", float("nan")
+    queue_gaps: dict[str, float] = {}
     for queue_id, times in by_queue.items():
         times.sort()
+        queue_gaps[f"{queue_id[0]}:{queue_id[1]}"] = max(
+            ((b - a) / 1000 for a, b in itertools.pairwise(times)), default=0.0
+        )
         for a, b in itertools.pairwise(times):
             if (b - a) / 1000 > longest:
                 longest, where, gap_at = (
@@ -696,4 +785,5 @@ def score_variant(
         duplicates_after_kill=after_kill,
         produced_queues=frozenset(f"{broker}:{queue}" for broker, queue, _ in produced),
         consumers={q: frozenset(members) for q, members in consumers.items()},
+        queue_gaps=queue_gaps,
     )

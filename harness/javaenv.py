@@ -37,7 +37,7 @@ from types import FrameType
 from harness import polling
 from harness.cluster import LocalCluster
 from harness.processes import ManagedProcess, free_port
-from harness.rocketmq import Acl, RocketMQ, topic_resource
+from harness.rocketmq import DEFAULT_VERSION, Acl, RocketMQ, topic_resource
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "java-it"
@@ -97,7 +97,13 @@ def sidecar(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.javaenv", description=__doc__)
-    parser.add_argument("--topic", action="append", default=[], metavar="NAME[:QUEUES]")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME[:QUEUES[:LISTED]]",
+        help="a topic of QUEUES queues on each broker whose Topic resource lists LISTED of them (all)",
+    )
     parser.add_argument(
         "--route-only-topic",
         action="append",
@@ -107,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--group", action="append", default=[])
     parser.add_argument("--pods", default="p0,p1", help="comma-separated pod names, one sidecar each")
+    parser.add_argument("--version", default=DEFAULT_VERSION, help="the RocketMQ release of the two brokers")
     parser.add_argument("--acl-version", default=None, help="also a RocketMQ of this release with ACL on")
     parser.add_argument("--acl-topic", action="append", default=[], metavar="NAME[:QUEUES]")
     args = parser.parse_args(argv)
@@ -130,21 +137,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir()
     try:
         with ExitStack() as stack:
-            mq = stack.enter_context(RocketMQ(brokers=BROKERS))
+            mq = stack.enter_context(RocketMQ(args.version, brokers=BROKERS))
             cluster = stack.enter_context(LocalCluster())
             cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
             cluster.kubectl("create", "namespace", NAMESPACE)
             topics: dict[str, int] = {}
             for spec in args.topic:
-                name, _, queues = spec.partition(":")
+                name, _, rest = spec.partition(":")
+                queues, _, listed = rest.partition(":")
                 topics[name] = int(queues or 4)
                 mq.create_topic(name, topics[name])
-                cluster.kubectl(
-                    "apply",
-                    "-f",
-                    "-",
-                    input=json.dumps(topic_resource(name, NAMESPACE, BROKERS, topics[name])),
-                )
+                # The Topic resource may list fewer queues than the brokers have: the sidecar then
+                # selects only those, which tells its selection from the client's own.
+                resource = topic_resource(name, NAMESPACE, BROKERS, int(listed or topics[name]))
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(resource))
             for spec in args.route_only_topic:
                 name, _, queues = spec.partition(":")
                 cluster.kubectl(

@@ -60,6 +60,28 @@ DEFAULT_VERSION = "5.3.3"
 """The pinned 5.x release (also in hack/build-rocketmq.sh)."""
 LEGACY_VERSION = "4.9.7"
 """The 4.x release that Maven Central serves whole (4.9.8's namesrv and broker jars are not there)."""
+CURRENT_VERSION = "5.5.0"
+"""The current line: the newest release whose NameServer, Broker, client and admin tools Maven
+Central serves whole (of 5.5.1 it serves rocketmq-tiered-store and rocketmq-broker, not
+rocketmq-namesrv, rocketmq-client nor rocketmq-tools)."""
+LINES = (CURRENT_VERSION, DEFAULT_VERSION, LEGACY_VERSION)
+"""Every release the RocketMQ suites run against (docs/rocketmq.md, "Releases")."""
+VERSION_ENV = "MQBALANCE_ROCKETMQ_VERSION"
+
+
+def version_under_test() -> str:
+    """The release the RocketMQ suites (the route and lag readers, the end-to-end messages) run
+    against: ``$MQBALANCE_ROCKETMQ_VERSION`` (one of :data:`LINES`), else the current line, which
+    CI runs; ``make test-rocketmq-lines`` runs them with the others."""
+    version = os.environ.get(VERSION_ENV, "").strip() or CURRENT_VERSION
+    if version not in LINES:
+        raise ValueError(f"{VERSION_ENV}={version!r}: not one of the tested releases {', '.join(LINES)}")
+    return version
+
+
+def is_5x(version: str) -> bool:
+    return int(version.split(".")[0]) >= 5
+
 
 CLUSTER = "mqbalance"
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-rocketmq.sh"
@@ -307,7 +329,7 @@ class RocketMQ(Service):
 
     @property
     def is_5x(self) -> bool:
-        return int(self.version.split(".")[0]) >= 5
+        return is_5x(self.version)
 
     @property
     def pids(self) -> dict[str, int]:

@@ -70,6 +70,11 @@ def test_every_artifact_is_written_with_its_checksum(dist: Path) -> None:
         f"mqbalance-rocketmq-{v}-javadoc.jar",
         f"mqbalance-rocketmq-{v}.pom",
         f"mqbalance-rocketmq-{v}.cdx.json",
+        f"mqbalance-rocketmq-spring-boot-starter-{v}.jar",
+        f"mqbalance-rocketmq-spring-boot-starter-{v}-sources.jar",
+        f"mqbalance-rocketmq-spring-boot-starter-{v}-javadoc.jar",
+        f"mqbalance-rocketmq-spring-boot-starter-{v}.pom",
+        f"mqbalance-rocketmq-spring-boot-starter-{v}.cdx.json",
     }
     assert {p.name for p in dist.iterdir()} == expected | {"RELEASE", "SHA256SUMS"}
     sums: dict[str, str] = {}
@@ -111,6 +116,12 @@ def test_the_wheel_the_chart_and_the_jar_carry_one_version(dist: Path) -> None:
         assert any(n.endswith("SidecarPushConsumer.class") for n in jar.namelist())
     with zipfile.ZipFile(dist / f"mqbalance-rocketmq-{v}-sources.jar") as sources:
         assert any(n.endswith("SidecarPushConsumer.java") for n in sources.namelist())
+    with zipfile.ZipFile(dist / f"mqbalance-rocketmq-spring-boot-starter-{v}.jar") as starter:
+        name = "META-INF/maven/io.mqbalance/mqbalance-rocketmq-spring-boot-starter/pom.properties"
+        assert f"version={v}" in starter.read(name).decode().splitlines()
+        imports = "META-INF/spring/org.springframework.boot.autoconfigure.AutoConfiguration.imports"
+        configuration = "io.mqbalance.rocketmq.spring.MqbalanceAutoConfiguration"
+        assert starter.read(imports).decode().split() == [configuration]
 
 
 def test_the_sboms_name_what_the_image_and_the_jar_depend_on(dist: Path) -> None:
@@ -126,3 +137,7 @@ def test_the_sboms_name_what_the_image_and_the_jar_depend_on(dist: Path) -> None
     java = json.loads((dist / f"mqbalance-rocketmq-{v}.cdx.json").read_text())
     assert java["metadata"]["component"]["version"] == v
     assert any(c["name"] == "rocketmq-client" for c in java["components"])
+    starter = json.loads((dist / f"mqbalance-rocketmq-spring-boot-starter-{v}.cdx.json").read_text())
+    assert starter["metadata"]["component"]["version"] == v
+    names = {c["name"] for c in starter["components"]}
+    assert {"mqbalance-rocketmq", "rocketmq-spring-boot-starter"} <= names

@@ -1,5 +1,7 @@
-"""A real RocketMQ (NameServer + two Brokers from Apache's jars) shared by this folder's tests; each
-broker registers a zone (``broker-a`` in ``zone-a``, ``broker-b`` in ``zone-b``), as 5.x brokers can."""
+"""A real RocketMQ (NameServer + two Brokers from Apache's jars) shared by this folder's tests, of
+the tested release (``harness.rocketmq.version_under_test``: the current line, or the release
+``MQBALANCE_ROCKETMQ_VERSION`` names); each 5.x broker registers a zone (``broker-a`` in
+``zone-a``, ``broker-b`` in ``zone-b``)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import pytest
 from kubernetes import client, config
 
 from harness.cluster import LocalCluster
-from harness.rocketmq import RocketMQ
+from harness.rocketmq import RocketMQ, is_5x, version_under_test
 
 ZONES = {"broker-a": "zone-a", "broker-b": "zone-b"}
 
 
 @pytest.fixture(scope="session")
 def rocketmq() -> Iterator[RocketMQ]:
-    with RocketMQ(brokers=("broker-a", "broker-b"), zones=ZONES) as running:
+    version = version_under_test()
+    zones = ZONES if is_5x(version) else None  # 4.x brokers register no zone
+    with RocketMQ(version, brokers=("broker-a", "broker-b"), zones=zones) as running:
         yield running
 
 

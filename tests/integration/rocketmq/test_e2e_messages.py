@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from harness.e2e import Step, World, run, world
+from harness.rocketmq import version_under_test
 from tests.integration.invariants import consumer_problems
 
 
 @pytest.fixture(scope="module")
 def e2e_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with world(tmp_path_factory.mktemp("e2e")) as w:
+    """The tested release's servers and client (harness.rocketmq.version_under_test: the current line
+    unless MQBALANCE_ROCKETMQ_VERSION names another)."""
+    with world(tmp_path_factory.mktemp("e2e"), version_under_test()) as w:
         yield w
 
 
@@ -67,3 +70,35 @@ def test_with_the_handover_moves_between_live_members_consume_each_message_once(
     assert operator is not None
     assert operator.metric("mqbalance_handover_assigned_queues_total", outcome="overridden") == 0
     assert operator.metric("mqbalance_handover_assigned_queues_total", outcome="released") > 0
+
+
+def test_a_group_of_java_and_go_consumers_moves_queues_once_through_the_sidecars(e2e_world: World) -> None:
+    """One group whose members are Java (clients/java) and Go (clients/go) push consumers at once,
+    through joins and a clean leave: with the handover, every queue is consumed by the owners the
+    operator named, none lost, none twice. Beside it the same mixed group under the clients' own
+    rebalance, whose duplicates and idle queues are counted (printed; docs/benchmarks.md)."""
+    script = (Step(0.2, "join", 3), Step(0.45, "leave", 0), Step(0.7, "join", 4))
+    variants = ["mixed-rocketmq", "mixed-handover"]
+    scores = {
+        s.variant: s
+        for s in run(e2e_world, variants, seconds=30, rate=50, keys=16, script=script, tag="mixed")
+    }
+    for score in scores.values():
+        print(
+            f"{score.variant}: produced {score.produced}, lost {score.lost}, duplicates {score.duplicates}, "
+            f"queues idle over 5 s {score.idle_queues(5.0)}, longest gap {score.longest_gap_s:.1f} s "
+            f"({score.gap_queue}), moves {score.moves}"
+        )
+    mixed = scores["mixed-handover"]
+    assert mixed.produced > 1000, f"the producer sent only {mixed.produced} messages"
+    for score in scores.values():
+        assert score.lost == 0, f"{score.variant} lost {score.lost} of {score.produced} messages"
+    assert not consumer_problems(mixed), "\n".join(consumer_problems(mixed))
+    assert mixed.duplicates == 0, f"mixed-handover: {mixed.duplicates} duplicates"
+    # Both languages consumed, and queues moved away from members that stayed only once released.
+    members = {m for ms in mixed.consumers.values() for m in ms}
+    assert {m for m in members if m.endswith(("-1", "-3"))}, f"no Go member consumed: {members}"
+    assert {m for m in members if m.endswith(("-0", "-2", "-4"))}, f"no Java member consumed: {members}"
+    assert mixed.moves is not None
+    assert mixed.moves.staying > 0, f"no queue moved away from a member that stayed: {mixed.moves}"
+    assert mixed.moves.staying_waited_min_s > 0, f"a queue moved without its release: {mixed.moves}"

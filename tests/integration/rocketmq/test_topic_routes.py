@@ -152,6 +152,8 @@ def test_zones_come_from_the_brokers_when_the_spec_names_none(
 ) -> None:
     """5.x brokers started with ``$ROCKETMQ_ZONE`` register their zone with the NameServer
     (RocketMQ's zoneName): a Topic without spec.brokers gets its zones from there."""
+    if not rocketmq.is_5x:
+        pytest.skip(f"{rocketmq.version} brokers register no zone")
     rocketmq.create_topic(topic_name, 2)
     assert rocketmq.route(topic_name).registered_zones() == ZONES
     put_topic(
@@ -198,6 +200,8 @@ def test_a_static_topic_is_assigned_by_its_logical_queues(
     """A 5.x static topic (``mqadmin updateStaticTopic``): its consumers name their queues
     ``__syslo__global__`` 0..n-1 whatever broker hosts each, so the route, and every assignment,
     is made of those logical queues rather than the brokers' physical ones."""
+    if not rocketmq.is_5x:
+        pytest.skip(f"{rocketmq.version} has no static topics")
     route = rocketmq.create_static_topic(topic_name, 4)
     assert {m.broker_name for m in route.queue_mappings} == {"broker-a", "broker-b"}
     put_topic(

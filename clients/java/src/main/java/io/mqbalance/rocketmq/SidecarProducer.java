@@ -57,8 +57,13 @@ public final class SidecarProducer {
     /** A synchronous send with RocketMQ's retries; the exception of the last attempt when all fail. */
     public SendResult send(Message msg) throws MQClientException, RemotingException, MQBrokerException,
         InterruptedException {
+        return send(msg, producer.getSendMsgTimeout());
+    }
+
+    /** {@link #send(Message)} within {@code timeout} ms instead of the producer's {@code sendMsgTimeout}. */
+    public SendResult send(Message msg, long timeout) throws MQClientException, RemotingException, MQBrokerException,
+        InterruptedException {
         int total = 1 + producer.getRetryTimesWhenSendFailed();
-        long timeout = producer.getSendMsgTimeout();
         long begin = System.currentTimeMillis();
         String lastBroker = null;
         Exception last = null;
@@ -111,10 +116,16 @@ public final class SidecarProducer {
 
     /** An asynchronous send: RocketMQ's async retries (no answer only), each on a newly selected queue. */
     public void sendAsync(Message msg, SendCallback callback) {
-        attemptAsync(msg, callback, null, 0, System.currentTimeMillis());
+        sendAsync(msg, callback, producer.getSendMsgTimeout());
     }
 
-    private void attemptAsync(Message msg, SendCallback callback, String lastBroker, int attempt, long begin) {
+    /** {@link #sendAsync(Message, SendCallback)} within {@code timeout} ms, all attempts together. */
+    public void sendAsync(Message msg, SendCallback callback, long timeout) {
+        attemptAsync(msg, callback, null, 0, System.currentTimeMillis(), timeout);
+    }
+
+    private void attemptAsync(Message msg, SendCallback callback, String lastBroker, int attempt, long begin,
+        long timeout) {
         MessageQueue mq;
         try {
             mq = select(msg.getTopic(), lastBroker, null, null);
@@ -123,7 +134,7 @@ public final class SidecarProducer {
             return;
         }
         long start = System.currentTimeMillis();
-        long remaining = producer.getSendMsgTimeout() - (start - begin);
+        long remaining = timeout - (start - begin);
         if (remaining <= 0) {
             callback.onException(new RemotingTooMuchRequestException("send async timeout"));
             return;
@@ -138,11 +149,11 @@ public final class SidecarProducer {
 
                 @Override
                 public void onException(Throwable e) {
-                    failAsync(msg, callback, mq, attempt, begin, start, e);
+                    failAsync(msg, callback, mq, attempt, begin, start, timeout, e);
                 }
             }, remaining);
         } catch (RemotingException | MQClientException e) {
-            failAsync(msg, callback, mq, attempt, begin, start, e);
+            failAsync(msg, callback, mq, attempt, begin, start, timeout, e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             callback.onException(e);
@@ -150,12 +161,12 @@ public final class SidecarProducer {
     }
 
     private void failAsync(Message msg, SendCallback callback, MessageQueue mq, int attempt, long begin, long start,
-        Throwable e) {
+        long timeout, Throwable e) {
         SendRetryPolicy.Verdict verdict = policy.onAsyncFailure(e);
         report(mq.getBrokerName(), System.currentTimeMillis() - start, verdict.isolate, verdict.reachable);
         if (verdict.retry && attempt < asyncRetries) {
             LOG.log(Level.WARNING, "async send to " + mq + " failed, retrying: " + e);
-            attemptAsync(msg, callback, mq.getBrokerName(), attempt + 1, begin);
+            attemptAsync(msg, callback, mq.getBrokerName(), attempt + 1, begin, timeout);
         } else {
             callback.onException(e);
         }
@@ -182,15 +193,70 @@ public final class SidecarProducer {
      */
     public SendResult sendOrderly(Message msg, String shardingKey) throws MQClientException, RemotingException,
         MQBrokerException, InterruptedException {
+        return sendOrderly(msg, shardingKey, producer.getSendMsgTimeout());
+    }
+
+    /** {@link #sendOrderly(Message, String)} within {@code timeout} ms. */
+    public SendResult sendOrderly(Message msg, String shardingKey, long timeout) throws MQClientException,
+        RemotingException, MQBrokerException, InterruptedException {
         MessageQueue mq = select(msg.getTopic(), null, "hash", shardingKey);
         long start = System.currentTimeMillis();
         try {
-            SendResult result = producer.send(msg, mq, producer.getSendMsgTimeout());
+            SendResult result = producer.send(msg, mq, timeout);
             report(mq.getBrokerName(), System.currentTimeMillis() - start, false, true);
             return result;
         } catch (RemotingException | MQClientException | MQBrokerException e) {
             SendRetryPolicy.Verdict verdict = policy.onSyncFailure(e);
             report(mq.getBrokerName(), System.currentTimeMillis() - start, verdict.isolate, verdict.reachable);
+            throw e;
+        }
+    }
+
+    /** {@link #sendOrderly(Message, String)} asynchronously: one attempt, never retried. */
+    public void sendOrderlyAsync(Message msg, String shardingKey, SendCallback callback, long timeout) {
+        MessageQueue mq;
+        try {
+            mq = select(msg.getTopic(), null, "hash", shardingKey);
+        } catch (MQClientException e) {
+            callback.onException(e);
+            return;
+        }
+        long start = System.currentTimeMillis();
+        try {
+            producer.send(msg, mq, new SendCallback() {
+                @Override
+                public void onSuccess(SendResult result) {
+                    report(mq.getBrokerName(), System.currentTimeMillis() - start, false, true);
+                    callback.onSuccess(result);
+                }
+
+                @Override
+                public void onException(Throwable e) {
+                    SendRetryPolicy.Verdict verdict = policy.onAsyncFailure(e);
+                    report(mq.getBrokerName(), System.currentTimeMillis() - start, verdict.isolate, verdict.reachable);
+                    callback.onException(e);
+                }
+            }, timeout);
+        } catch (RemotingException | MQClientException e) {
+            SendRetryPolicy.Verdict verdict = policy.onAsyncFailure(e);
+            report(mq.getBrokerName(), System.currentTimeMillis() - start, verdict.isolate, verdict.reachable);
+            callback.onException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            callback.onException(e);
+        }
+    }
+
+    /** {@link #sendOrderly(Message, String)} one-way: no answer awaited, never retried. */
+    public void sendOnewayOrderly(Message msg, String shardingKey) throws MQClientException, RemotingException,
+        InterruptedException {
+        MessageQueue mq = select(msg.getTopic(), null, "hash", shardingKey);
+        long start = System.currentTimeMillis();
+        try {
+            producer.sendOneway(msg, mq);
+            report(mq.getBrokerName(), System.currentTimeMillis() - start, false, true);
+        } catch (RemotingException | MQClientException e) {
+            report(mq.getBrokerName(), System.currentTimeMillis() - start, true, true);
             throw e;
         }
     }

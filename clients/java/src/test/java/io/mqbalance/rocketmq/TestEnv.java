@@ -90,6 +90,10 @@ final class TestEnv {
             "--acl-topic", NAMESPACE + "%" + NS_PULL_TOPIC + ":" + QUEUES,
             "--group", ACL_PULL_GROUP, "--group", ACL_HANDOVER_GROUP, "--group", NS_GROUP, "--group", NS_PULL_GROUP,
             "--pods", "p0,p1"));
+        String servers = System.getProperty("mqbalance.test.rocketmqVersion", "");
+        if (!servers.isBlank()) {
+            argv.addAll(List.of("--version", servers)); // the brokers' release (the pom's profile)
+        }
         ProcessBuilder builder = new ProcessBuilder(argv).directory(repo.toFile())
             .redirectError(ProcessBuilder.Redirect.INHERIT);
         process = builder.start();
