@@ -1,0 +1,127 @@
+"""A broker's offset requests, as RocketMQ's admin tools send them: a queue's min and max offset, the
+offset of a time, a group's committed offset, and writing it (asyncio, one connection a request).
+
+The requests are RocketMQ's own (``org.apache.rocketmq.remoting.protocol.RequestCode``), their
+fields those of its request headers, 4.x and 5.x alike: ``mqadmin`` reads and writes offsets with
+them (``queryConsumerOffset``, ``updateConsumerOffset`` in ``cloneGroupOffset`` and the offline reset
+of ``resetOffsetByTime``). Each answer's ``offset`` field is read strictly: a broker that answers
+anything else fails with :class:`AdminError`, never with what the parser met.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mqbalance.rocketmq.nameserver import DEFAULT_TIMEOUT, invoke
+from mqbalance.rocketmq.remoting import Credentials, FrameError, RemotingCommand, ResponseCode, request, sign
+
+
+class AdminCode(enum.IntEnum):
+    """The request codes of the offset admin (RequestCode)."""
+
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+
+
+QUERY_NOT_FOUND = 22
+"""ResponseCode.QUERY_NOT_FOUND: the group has committed no offset for the queue."""
+MAX_OFFSET = 2**63 - 1
+"""A queue offset is a Java long."""
+
+_opaque = itertools.count(1)
+
+
+class AdminError(Exception):
+    """A broker did not answer an offset request, refused it, or answered what is not an offset."""
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A queue where a broker serves it: the master's address and the queue of the topic."""
+
+    address: str
+    topic: str
+    queue_id: int
+
+
+class BrokerAdmin:
+    """Offset requests to brokers, signed with ``credentials`` when the brokers check ACL."""
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, credentials: Credentials | None = None) -> None:
+        self.timeout = timeout
+        self.credentials = credentials
+
+    async def min_offset(self, queue: QueueRef) -> int:
+        """The queue's first offset still stored (older messages are gone)."""
+        return await self._offset(AdminCode.GET_MIN_OFFSET, queue, {})
+
+    async def max_offset(self, queue: QueueRef) -> int:
+        """The offset the queue's next message will have."""
+        return await self._offset(AdminCode.GET_MAX_OFFSET, queue, {})
+
+    async def search_offset(self, queue: QueueRef, timestamp_ms: int) -> int:
+        """The offset of the queue's first message stored at or after ``timestamp_ms`` (epoch ms);
+        the max offset when none is (RocketMQ's ``searchOffset``)."""
+        return await self._offset(AdminCode.SEARCH_OFFSET_BY_TIMESTAMP, queue, {"timestamp": timestamp_ms})
+
+    async def committed_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset of the queue; None when it has committed none."""
+        fields = {"consumerGroup": group}
+        response = await self._ask(AdminCode.QUERY_CONSUMER_OFFSET, queue, fields)
+        if response.code == QUERY_NOT_FOUND:
+            return None
+        return self._read_offset(AdminCode.QUERY_CONSUMER_OFFSET, queue, response)
+
+    async def commit_offset(self, group: str, queue: QueueRef, offset: int) -> None:
+        """Write the group's committed offset of the queue (as a consumer commits it, but awaited)."""
+        if not 0 <= offset <= MAX_OFFSET:
+            raise ValueError(f"offset {offset} is not a queue offset")
+        fields = {"consumerGroup": group, "commitOffset": offset}
+        response = await self._ask(AdminCode.UPDATE_CONSUMER_OFFSET, queue, fields)
+        if response.code != ResponseCode.SUCCESS:
+            raise self._refused(AdminCode.UPDATE_CONSUMER_OFFSET, queue, response)
+
+    async def _offset(self, code: AdminCode, queue: QueueRef, fields: Mapping[str, object]) -> int:
+        response = await self._ask(code, queue, fields)
+        if response.code != ResponseCode.SUCCESS:
+            raise self._refused(code, queue, response)
+        return self._read_offset(code, queue, response)
+
+    async def _ask(self, code: AdminCode, queue: QueueRef, fields: Mapping[str, object]) -> RemotingCommand:
+        command = request(code, next(_opaque), {"topic": queue.topic, "queueId": queue.queue_id, **fields})
+        if self.credentials is not None:
+            command = sign(command, self.credentials)
+        try:
+            return await invoke(queue.address, command, self.timeout)
+        except TimeoutError:
+            raise AdminError(
+                f"broker {queue.address}: no answer to {code.name} within {self.timeout:g} s"
+            ) from None
+        except (OSError, FrameError) as exc:
+            raise AdminError(
+                f"broker {queue.address}: {code.name} failed: {type(exc).__name__}: {exc}"
+            ) from None
+
+    @staticmethod
+    def _read_offset(code: AdminCode, queue: QueueRef, response: RemotingCommand) -> int:
+        text = response.ext_fields.get("offset", "")
+        if not (text.isascii() and text.lstrip("-").isdigit() and len(text) <= 20):
+            raise AdminError(f"broker {queue.address} answered {code.name} without an offset: {text[:40]!r}")
+        offset = int(text)
+        if not -1 <= offset <= MAX_OFFSET:
+            raise AdminError(f"broker {queue.address} answered {code.name} with offset {offset}")
+        return offset
+
+    @staticmethod
+    def _refused(code: AdminCode, queue: QueueRef, response: RemotingCommand) -> AdminError:
+        remark = (response.remark or "")[:300]
+        return AdminError(
+            f"broker {queue.address} refused {code.name} of {queue.topic}:{queue.queue_id}: "
+            f"code {response.code}: {remark or '(no remark)'}"
+        )
