@@ -43,13 +43,18 @@ def test_offsets_are_read_searched_written_and_read_back(mq: RocketMQ, topic_nam
             for q, ref in queues.items()
         }
 
-    before = asyncio.run(read())
+    # The client writes its offsets oneway as it shuts down (RemoteBrokerOffsetStore.persistAll): the
+    # broker may store them a moment after the consumer has exited.
+    def committed_all() -> dict[MessageQueue, tuple[int, int, int, int | None]] | None:
+        offsets = asyncio.run(read())
+        return offsets if all(committed == high for _, high, _, committed in offsets.values()) else None
+
+    before = polling.wait_for("the consumer's committed offsets to reach the broker", committed_all, 30, 0.2)
     assert sum(high for _, high, _, _ in before.values()) == 80
     assert all(low == 0 for low, _, _, _ in before.values())
     # The offset of `middle` splits each queue's messages: those sent before it lie below.
     assert sum(found for _, _, found, _ in before.values()) == 40
     assert all(0 <= found <= high for _, high, found, _ in before.values())
-    assert all(committed == high for _, high, _, committed in before.values())
     never = asyncio.run(admin.committed_offset(f"GID_never_{topic}"[:60], next(iter(queues.values()))))
     # "Not found", or 0 where the queue still starts at 0 in memory (a broker answers so to let a new
     # group start from the beginning: ConsumerManageProcessor).
