@@ -70,12 +70,12 @@ from bench.common import (
     table,
     zone_brokers,
 )
+from harness.apps.operator import OperatorProcess
 from harness.cluster import LocalCluster
 from harness.kubeapi import ApiError, KubeApi
 from harness.kwok import KWOK_VERSION, Kwok, condition_true, node_body, pod_body, zone_of
 from harness.polling import deadline as deadline_after
 from harness.polling import wait_for, work_timeout
-from harness.processes import OperatorProcess
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 CONFIGMAP_KEY = "assignment.json"

@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from harness import polling
+from harness.apps.sidecar import SidecarProcess
 from harness.cluster import LocalCluster
 from harness.kubeapi import ApiError, KubeApi
-from harness.processes import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "mqbalance.io", "v1alpha1"

@@ -19,40 +19,31 @@ Command line::
 from __future__ import annotations
 
 import argparse
-import atexit
 import base64
-import contextlib
 import functools
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, Self
 
 from harness import polling
 from harness.kubeapi import KubeApi
-from harness.processes import (
-    Component,
-    Service,
-    WorkDir,
-    free_port,
-    run_command,
-    serve_until_interrupted,
-    stop_on_ctrl_c,
-)
+from harness.paths import REPO, cache_dir
+from harness.processes.command import run_command, serve_until_interrupted, stop_on_ctrl_c
+from harness.processes.managed import Component
+from harness.processes.net import free_port
+from harness.processes.service import Service, forget, stop_at_exit
+from harness.processes.workdir import WorkDir, owned_tempdir, sweep_stale_dirs
 
 CURRENT_K8S_VERSION = "v1.37.2"
 """The release built from Go modules (hack/build-kubernetes.sh's default); the default cluster."""
@@ -97,7 +88,7 @@ DISABLED_CONTROLLERS_CURRENT = ("taint-eviction-controller",)
 # TaintNodesByCondition would taint every new Node not-ready forever without a kubelet.
 DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
 
-_BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-control-plane.sh"
+_BUILD_SCRIPT = REPO / "hack" / "build-control-plane.sh"
 _REQUIRED = ("kube-apiserver", "kube-controller-manager", "kubectl")
 # A cluster without the controller manager (the demo's: it runs no Deployments, no namespace
 # deletion) needs only what `build-control-plane.sh --demo` builds.
@@ -120,15 +111,6 @@ class KubectlError(subprocess.CalledProcessError):
 
     def __str__(self) -> str:
         return f"{super().__str__()}\nstderr: {(self.stderr or '').strip()}"
-
-
-def cache_dir() -> Path:
-    """The per-user cache the build script installs into (same rule as the script)."""
-    explicit = os.environ.get("MQBALANCE_CACHE")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "mqbalance"
 
 
 def resolve_version(requested: str | None = None) -> str:
@@ -221,77 +203,7 @@ def _find_etcd(bin_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
-def tmpfs_root() -> str | None:
-    """/dev/shm where it can be written: the harness's working files in memory, else the default."""
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-
-
-_OWNER_FILE = "owner.pid"
 _STALE_PREFIXES = ("mqbalance-cluster-", "mqbalance-etcd-")
-
-
-def _owned_tempdir(prefix: str) -> Path:
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=tmpfs_root()))
-    (path / _OWNER_FILE).write_text(str(os.getpid()))
-    return path
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _sweep_stale_dirs() -> None:
-    # A process killed outright (SIGKILL) cannot remove its temporary dirs; on tmpfs they
-    # hold memory, so the next cluster removes those whose owner is gone.
-    root = Path(tmpfs_root() or tempfile.gettempdir())
-    for path in root.iterdir():
-        if not path.name.startswith(_STALE_PREFIXES) or not path.is_dir():
-            continue
-        try:
-            owner = int((path / _OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if not _pid_alive(owner):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-_live: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
-_handlers_installed = False
-_handlers_lock = threading.Lock()
-
-
-def _stop_all() -> None:
-    for cluster in list(_live):
-        with contextlib.suppress(Exception):
-            cluster.stop()
-
-
-def _stop_all_and_die(signum: int, frame: FrameType | None) -> None:
-    # Stop the clusters, then die of the same signal: an exception raised here could be
-    # swallowed by whatever is running (a test runner records it as a test failure).
-    _stop_all()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _install_cleanup() -> None:
-    global _handlers_installed
-    with _handlers_lock:
-        if _handlers_installed:
-            return
-        _handlers_installed = True
-        atexit.register(_stop_all)
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                if signal.getsignal(signum) is signal.SIG_DFL:
-                    signal.signal(signum, _stop_all_and_die)
 
 
 class LocalCluster(Service):
@@ -427,8 +339,7 @@ class LocalCluster(Service):
             if self._apiserver is not None:
                 return self
             self._prepare_start()
-            _install_cleanup()
-            _live.add(self)
+            stop_at_exit(self)
             try:
                 self._start_components()
             except BaseException:
@@ -469,7 +380,7 @@ class LocalCluster(Service):
         with self._lock:
             self._stop_components()
             self._close_api()
-            _live.discard(self)
+            forget(self)
             if self._etcd_dir is not None:
                 shutil.rmtree(self._etcd_dir, ignore_errors=True)
                 self._etcd_dir = None
@@ -612,11 +523,11 @@ class LocalCluster(Service):
     # -- internals ---------------------------------------------------------------------------
 
     def _prepare_dirs(self) -> None:
-        _sweep_stale_dirs()
-        workdir = self._workdir.make(lambda: _owned_tempdir("mqbalance-cluster-"))
+        sweep_stale_dirs(_STALE_PREFIXES)
+        workdir = self._workdir.make(lambda: owned_tempdir("mqbalance-cluster-"))
         (workdir / "logs").mkdir(exist_ok=True)
         (workdir / "pki").mkdir(exist_ok=True)
-        self._etcd_dir = _owned_tempdir("mqbalance-etcd-")
+        self._etcd_dir = owned_tempdir("mqbalance-etcd-")
 
     def _openssl(self, *args: str) -> None:
         result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)

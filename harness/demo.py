@@ -28,13 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from harness import demo_report, polling
+from harness.apps.argv import mqbalance_argv
+from harness.apps.operator import OperatorProcess
 from harness.cluster import ClusterError, LocalCluster
 from harness.demo_common import DemoError, print_sidecar, show_change, step
 from harness.kubeapi import ApiError
-from harness.processes import ManagedProcess, OperatorProcess, free_port, mqbalance_argv
+from harness.paths import REPO
+from harness.processes.managed import ManagedProcess
+from harness.processes.net import free_port
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, configmap_name
 
-REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
 EXAMPLES = REPO / "examples"
 NAMESPACE = "mqbalance-demo"

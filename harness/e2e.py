@@ -55,14 +55,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness import kubelet, polling
+from harness.apps.operator import OperatorProcess
+from harness.apps.sidecar import SidecarProcess
 from harness.cluster import LocalCluster
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
 from harness.kubeapi import KubeApi
-from harness.processes import ManagedProcess, OperatorProcess, SidecarProcess
+from harness.paths import REPO
+from harness.processes.managed import ManagedProcess
 from harness.rocketmq import CURRENT_VERSION, DEFAULT_VERSION, RocketMQ, is_5x, topic_resource
 from mqbalance.journal import JournalRecord
 
-REPO = Path(__file__).resolve().parents[1]
 JAVA_MODULE = REPO / "clients" / "java"
 NAMESPACE = "e2e"
 TOPIC = "e2e"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from harness.processes import serving_in_thread
+from harness.processes.net import serving_in_thread
 from mqbalance.rocketmq.remoting import (
     FLAG_RESPONSE,
     RemotingCommand,

@@ -36,10 +36,11 @@ from types import FrameType
 
 from harness import polling
 from harness.cluster import LocalCluster
-from harness.processes import ManagedProcess, free_port
+from harness.paths import REPO
+from harness.processes.managed import ManagedProcess
+from harness.processes.net import free_port
 from harness.rocketmq import DEFAULT_VERSION, Acl, RocketMQ, topic_resource
 
-REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "java-it"
 BROKERS = ("broker-a", "broker-b")
 ACL_BROKER = "broker-acl"

@@ -17,26 +17,26 @@ by the kernel if the Python process dies (``Component``).
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import subprocess
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from harness import polling
-from harness.cluster import ClusterError, LocalCluster, cache_dir
-from harness.processes import Component, Service, free_port
+from harness.cluster import ClusterError, LocalCluster
+from harness.paths import REPO, cache_dir
+from harness.processes.managed import Component
+from harness.processes.net import free_port
+from harness.processes.service import Service, forget, stop_at_exit
 
 KWOK_VERSION = "v0.8.0"
 """The release hack/build-kwok.sh builds (its DEFAULT_VERSION)."""
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FAKE_NODE_VALUE = "fake"
 ZONE_LABEL = "topology.kubernetes.io/zone"
-_BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-kwok.sh"
+_BUILD_SCRIPT = REPO / "hack" / "build-kwok.sh"
 
 
 def kwok_dir(version: str = KWOK_VERSION) -> Path:
@@ -104,18 +104,6 @@ def condition_true(obj: Mapping[str, Any], kind: str = "Ready") -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
-_live: weakref.WeakSet[Kwok] = weakref.WeakSet()
-
-
-def _stop_all() -> None:
-    for kwok in list(_live):
-        with contextlib.suppress(Exception):
-            kwok.stop()
-
-
-atexit.register(_stop_all)
-
-
 class Kwok(Service):
     """kwok's controller against ``cluster``, managing the nodes annotated ``kwok.x-k8s.io/node=fake``.
 
@@ -165,7 +153,7 @@ class Kwok(Service):
             "kwok", self.argv(home), self.cluster.workdir / "logs" / "kwok.log", env=env
         )
         self._component.start()
-        _live.add(self)
+        stop_at_exit(self)
         try:
             polling.wait_for("kwok's /healthz", self._healthy, timeout, error=ClusterError)
         except BaseException:
@@ -194,4 +182,4 @@ class Kwok(Service):
         if self._component is not None:
             self._component.stop(5.0)
             self._component = None
-        _live.discard(self)
+        forget(self)

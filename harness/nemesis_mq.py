@@ -29,7 +29,7 @@ from harness import nemesis
 from harness import rocketmq as rmq
 from harness.broker_client import SEND_MESSAGE, SUCCESS, Broker, BrokerError
 from harness.polling import scaled, wait_for
-from harness.processes import serving_in_thread
+from harness.processes.net import serving_in_thread
 
 BROKER_IP = "198.18.0.3"
 COLLECTOR_IP = "198.18.0.2"

@@ -45,14 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import node_host, polling
-from harness.cluster import (
-    HELM_VERSION,
-    SERVICE_CIDR,
-    ClusterError,
-    LocalCluster,
-    cache_dir,
-    resolve_version,
-)
+from harness.cluster import HELM_VERSION, SERVICE_CIDR, ClusterError, LocalCluster, resolve_version
 from harness.containerd import (
     CNI_BIN_DIR,
     ContainerdLayout,
@@ -62,7 +55,10 @@ from harness.containerd import (
     write_registry_hosts,
 )
 from harness.node_host import CONTAINERD_SOCKET, NODE_ROOT, RUN_ROOT, HostError, HostState, MachineLock
-from harness.processes import Component, free_port, run_command, stop_on_ctrl_c
+from harness.paths import REPO, cache_dir
+from harness.processes.command import run_command, stop_on_ctrl_c
+from harness.processes.managed import Component
+from harness.processes.net import free_port
 
 NODE_NAME = "mqbalance-node"
 NODE_IP = os.environ.get("MQBALANCE_NODE_IP", "198.18.0.1")
@@ -83,9 +79,8 @@ KUBELET_PORT = 10250
 SERVICE_IP = "10.96.0.1"
 CNI_NETWORK = "mqbalance-node"
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
-_REPO = Path(__file__).resolve().parents[1]
-_BUILD_SCRIPT = _REPO / "hack" / "build-control-plane.sh"
-_IMAGES_SCRIPT = _REPO / "hack" / "build-images.sh"
+_BUILD_SCRIPT = REPO / "hack" / "build-control-plane.sh"
+_IMAGES_SCRIPT = REPO / "hack" / "build-images.sh"
 # Host commands the node runs (Debian packages: containerd, runc, containernetworking-plugins,
 # iptables, iproute2); the build script installs them.
 _HOST_COMMANDS = (

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness import polling
-from harness.processes import process_files
+from harness.processes.procfs import process_files
 
 RUN_ROOT = Path(os.environ.get("MQBALANCE_NODE_RUN", "/run/mqbalance-node"))
 """containerd's state and socket, the runc root, the state file; fixed: there is one node per machine."""

@@ -16,11 +16,11 @@ import yaml
 
 from harness.broker_client import pod_app_command
 from harness.node import Images, RealNode
+from harness.paths import REPO
 from harness.polling import scaled, wait_for, work_timeout
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 from mqbalance.journal import KIND, JournalRecord
 
-REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "mqbalance"
 EXAMPLES = REPO / "examples"
 RELEASE = "mqbalance"

@@ -22,10 +22,12 @@ from typing import Any, Self
 
 import yaml
 
+from harness.paths import REPO
 from harness.polling import wait_for
-from harness.processes import Component, free_port
+from harness.processes.managed import Component
+from harness.processes.net import free_port
 
-RULES = Path(__file__).resolve().parents[1] / "charts" / "mqbalance" / "files" / "prometheus-rules.yaml"
+RULES = REPO / "charts" / "mqbalance" / "files" / "prometheus-rules.yaml"
 OPERATOR_PORT, SIDECAR_PORT = "metrics", "mqb-metrics"
 """The container ports the chart's ServiceMonitor (operator) and PodMonitor (sidecars) scrape."""
 JOBS = {"operator": (OPERATOR_PORT, True), "sidecars": (SIDECAR_PORT, False)}

@@ -33,15 +33,11 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from harness import polling
-from harness.cluster import cache_dir, tmpfs_root
-from harness.processes import (
-    Component,
-    Service,
-    WorkDir,
-    run_command,
-    serve_until_interrupted,
-    stop_on_ctrl_c,
-)
+from harness.paths import REPO, cache_dir, tmpfs_root
+from harness.processes.command import run_command, serve_until_interrupted, stop_on_ctrl_c
+from harness.processes.managed import Component
+from harness.processes.service import Service
+from harness.processes.workdir import WorkDir
 from mqbalance.model import PERM_READ, PERM_READ_WRITE
 from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
 from mqbalance.rocketmq.remoting import (
@@ -84,7 +80,7 @@ def is_5x(version: str) -> bool:
 
 
 CLUSTER = "mqbalance"
-_BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "build-rocketmq.sh"
+_BUILD_SCRIPT = REPO / "hack" / "build-rocketmq.sh"
 
 # RocketMQ reaches into NIO internals (direct buffer cleaning, mmap); JDK 17 needs them opened.
 _ADD_OPENS = (

@@ -20,7 +20,6 @@ Command line (prints the master's URL, then waits for Ctrl-C)::
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import json
 import os
@@ -29,17 +28,18 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 from harness.polling import scaled, wait_for
-from harness.processes import Component, Service, free_port, process_files
+from harness.processes.managed import Component
+from harness.processes.net import free_port
+from harness.processes.procfs import process_files
+from harness.processes.service import Service, forget, stop_at_exit
 
 LOOPBACK = "127.0.0.1"
 APP_NAME = "mqbalance-replay"
@@ -106,24 +106,6 @@ class _Daemon(Component):
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """An opener that never goes through an HTTP proxy from the environment: the master is on loopback."""
-
-_live: weakref.WeakSet[SparkCluster] = weakref.WeakSet()
-_atexit_lock = threading.Lock()
-_atexit_installed = False
-
-
-def _stop_all() -> None:
-    for cluster in list(_live):
-        with contextlib.suppress(Exception):
-            cluster.stop(grace=2.0)
-
-
-def _install_atexit() -> None:
-    global _atexit_installed
-    with _atexit_lock:
-        if not _atexit_installed:
-            atexit.register(_stop_all)
-            _atexit_installed = True
 
 
 @dataclass(frozen=True)
@@ -231,8 +213,7 @@ class SparkCluster(Service):
 
     def start(self, timeout: float = 120.0) -> Self:
         """Start the master, then the workers; return once the master counts every worker alive."""
-        _install_atexit()
-        _live.add(self)
+        stop_at_exit(self, lambda: self.stop(grace=2.0))
         (self.workdir / "local").mkdir(exist_ok=True)
         self._write_conf()
         self.port, self.webui_port = free_port(), free_port()
@@ -335,7 +316,7 @@ class SparkCluster(Service):
             daemon.stop(grace)
         self._daemons.clear()
         self.workers.clear()
-        _live.discard(self)
+        forget(self)
 
     def logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {d.name} ({d.log})\n{d.tail(lines)}" for d in self._daemons)

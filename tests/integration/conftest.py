@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from harness.apps.sidecar import SidecarProcess
 from harness.cluster import LocalCluster
-from harness.processes import SidecarProcess
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]

@@ -14,10 +14,10 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.operator import OperatorProcess
 from harness.cluster import K8S_VERSION_ENV, LocalCluster
 from harness.kwok import Kwok, condition_true, node_body, pod_body, zone_of
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from tests.integration.operator_support import apply_group, apply_topic, read_document
 
 ZONES = ("zone-a", "zone-b", "zone-c")

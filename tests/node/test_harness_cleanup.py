@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from harness import node_host
-from harness.cluster import cache_dir
 from harness.node import NODE_IP, Images, bin_dir_for, default_version
+from harness.paths import cache_dir
 from harness.polling import scaled, wait_for
-from harness.processes import process_files
+from harness.processes.procfs import process_files
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -42,7 +42,7 @@ from harness.node_workload import (
     rollout_status,
 )
 from harness.polling import scaled, wait_for, work_timeout
-from harness.processes import serving_in_thread
+from harness.processes.net import serving_in_thread
 from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
 
 NAME = "lag-consumer"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import cluster
 from harness.cluster import (
     CURRENT_K8S_VERSION,
     K8S_VERSION_ENV,
@@ -19,6 +18,7 @@ from harness.cluster import (
     default_bin_dir,
     resolve_version,
 )
+from harness.paths import cache_dir
 
 HACK = Path(__file__).resolve().parents[2] / "hack"
 
@@ -89,7 +89,7 @@ def test_build_script_and_harness_agree_on_the_cache_layout(
         env={**os.environ, "MQBALANCE_CACHE": str(tmp_path)},
     )
     assert Path(out.stdout.strip()) == default_bin_dir(requested)
-    assert default_bin_dir(requested).parent.parent == tmp_path == cluster.cache_dir()
+    assert default_bin_dir(requested).parent.parent == tmp_path == cache_dir()
 
 
 def test_build_scripts_refuse_unknown_versions(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 
 from harness import kubelet
+from harness.apps.sidecar import SidecarProcess
 from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument, read_topic
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator.conftest import Testbed

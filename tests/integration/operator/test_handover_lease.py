@@ -22,9 +22,9 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.sidecar import SidecarProcess
 from harness.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess
 from harness.tcp_proxy import TcpProxy, proxied_kubeconfig, server_address
 from mqbalance.contract import AssignmentDocument, member_lease_name
 from mqbalance.model import MessageQueue

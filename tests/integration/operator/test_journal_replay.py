@@ -28,9 +28,9 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.operator import OperatorProcess
 from harness.cluster import K8S_VERSION_ENV
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from mqbalance.contract import AssignmentDocument
 from mqbalance.pipeline import main as replay_main
 from tests.integration.operator_support import apply_group, apply_topic, read_document, status_of

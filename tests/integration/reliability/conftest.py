@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.operator import OperatorProcess
 from harness.cluster import LocalCluster
-from harness.processes import OperatorProcess
 from mqbalance.contract import read_topic
 from mqbalance.model import MessageQueue
 from tests.integration.operator_support import apply_topic

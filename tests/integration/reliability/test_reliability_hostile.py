@@ -21,10 +21,10 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.operator import OperatorProcess
 from harness.cluster import LocalCluster
 from harness.hostile_nameserver import FAULTS, HostileNameServer, hostile_nameserver
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from tests.integration.operator_support import apply_group, apply_topic, condition, custom, read_document
 
 CHART_MEMORY_LIMIT = 256 * 1024 * 1024

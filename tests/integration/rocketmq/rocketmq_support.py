@@ -12,8 +12,8 @@ from typing import Any
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.operator import OperatorProcess
 from harness.cluster import LocalCluster
-from harness.processes import OperatorProcess
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import apply_group, apply_topic
 

@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet, polling
+from harness.apps.operator import OperatorProcess
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, Acl, RocketMQ
 from mqbalance.operator.offsets import OffsetReader
 from mqbalance.rocketmq.remoting import Credentials

@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client
 
 from harness import kubelet
+from harness.apps.operator import OperatorProcess
 from harness.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import (
     condition,
