@@ -72,7 +72,7 @@ from bench.common import (
     zone_brokers,
 )
 from harness.apps.operator import OperatorProcess
-from harness.kubeapi import KubeApi
+from harness.kube.api import KubeApi
 from harness.polling import deadline as deadline_after
 from harness.polling import wait_for, work_timeout
 from mqbalance.contract import custom_path

@@ -50,7 +50,7 @@ from bench.common import (
 )
 from harness.apps.operator import OperatorProcess
 from harness.apps.sidecar import SidecarProcess
-from harness.kubeapi import KubeApi
+from harness.kube.api import KubeApi
 
 NS = "latency"
 ZONES = ("zone-a", "zone-b", "zone-c")

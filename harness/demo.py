@@ -30,9 +30,10 @@ from typing import Any
 from harness import demo_report, polling
 from harness.apps.argv import mqbalance_argv
 from harness.apps.operator import OperatorProcess
-from harness.cluster import ClusterError, LocalCluster
 from harness.demo_common import DemoError, print_sidecar, show_change, step
-from harness.kubeapi import ApiError
+from harness.kube.api import ApiError
+from harness.kube.cluster import LocalCluster
+from harness.kube.errors import ClusterError
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
 from harness.processes.net import free_port
@@ -71,7 +72,7 @@ class Demo:
             self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / name))
 
     def create_nodes(self) -> list[str]:
-        from harness.kubelet import create_node
+        from harness.kube.kubelet import create_node
 
         nodes = [f"node-{zone}" for zone in ZONES]
         for node, zone in zip(nodes, ZONES, strict=True):
@@ -80,7 +81,7 @@ class Demo:
         return nodes
 
     def start_pod(self, index: int, node: str) -> str:
-        from harness.kubelet import bind_pod, create_pod, set_pod_ready
+        from harness.kube.kubelet import bind_pod, create_pod, set_pod_ready
 
         name = f"{GROUP}-{index}"
         create_pod(self.api, NAMESPACE, name, APP_LABELS)
@@ -89,7 +90,7 @@ class Demo:
         return name
 
     def delete_pod(self, name: str) -> None:
-        from harness.kubelet import delete_pod
+        from harness.kube.kubelet import delete_pod
 
         delete_pod(self.api, NAMESPACE, name)
 
@@ -268,9 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args.mode != "stand-in":
-        from harness import node
+        from harness.node.requirements import unavailable
 
-        reason = node.unavailable(need_built=args.mode == "auto")
+        reason = unavailable(need_built=args.mode == "auto")
         if reason is None:
             from harness import demo_node
 

@@ -1,6 +1,6 @@
 """The demo on real pods: `make demo` when a real node can run here (see harness.demo).
 
-Starts three real nodes in zones a, b and c (harness.node.RealNode with ``nodes=3``; one node
+Starts three real nodes in zones a, b and c (harness.node.cluster.RealNode with ``nodes=3``; one node
 where the Kubernetes release is older than 1.29), installs the Helm chart with the locally built
 image, applies examples/topic.yaml, examples/consumergroup.yaml and the example consumer
 Deployment (an app container beside the mqbalance sidecar in every pod, spread over the zones),
@@ -18,8 +18,12 @@ from typing import Any
 
 from harness import demo_report, polling
 from harness.demo_common import DemoError, print_sidecar, show_change, step
-from harness.node import MAX_NODES, RealNode, default_version, ensure_images, unavailable
-from harness.node_workload import (
+from harness.kube.versions import resolve_version
+from harness.node.cluster import RealNode
+from harness.node.images import ensure_images
+from harness.node.requirements import unavailable
+from harness.node.specs import MAX_NODES
+from harness.node.workload import (
     GROUP,
     NAMESPACE,
     apply_example_consumers,
@@ -94,7 +98,7 @@ def run(workdir: Path | None, timeout: float, keep_journal: Path | None = None) 
     started = time.monotonic()
     step("building or reusing the node binaries and images (cached; see docs/real-node.md)")
     images = ensure_images()
-    nodes = MAX_NODES if unavailable(default_version(), need_built=False, nodes=MAX_NODES) is None else 1
+    nodes = MAX_NODES if unavailable(resolve_version(), need_built=False, nodes=MAX_NODES) is None else 1
     what = "a real node" if nodes == 1 else f"{nodes} real nodes in zones a to {'abc'[nodes - 1]}"
     step(f"starting {what}: kubelet + containerd + kube-proxy each, image {images.mqbalance}")
     node = RealNode(workdir / "node" if workdir else None, images=images, nodes=nodes)

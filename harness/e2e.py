@@ -16,7 +16,7 @@ Variants (``VARIANTS``):
 
 - ``rocketmq``: plain push consumers, RocketMQ's own client-side rebalance (AVG);
 - ``mqbalance``: the same consumers with ``SidecarPushConsumer``; every member is a pod acted out
-  on the local control plane (``harness.kubelet``) with its own sidecar, and the real operator
+  on the local control plane (``harness.kube.kubelet``) with its own sidecar, and the real operator
   assigns the queues (STICKY by default).
 
 - ``mqbalance-handover``: the same with ``spec.handover`` Release (revoke, release, then assign),
@@ -54,12 +54,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness import kubelet, polling
+from harness import polling
 from harness.apps.operator import OperatorProcess
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
-from harness.kubeapi import KubeApi
+from harness.kube import kubelet
+from harness.kube.api import KubeApi
+from harness.kube.cluster import LocalCluster
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
 from harness.rocketmq import CURRENT_VERSION, DEFAULT_VERSION, RocketMQ, is_5x, topic_resource

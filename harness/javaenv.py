@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness import polling
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
 from harness.processes.net import free_port

@@ -1,4 +1,4 @@
-"""Faults on the nodes of a :class:`~harness.node.RealNode` cluster of several nodes.
+"""Faults on the nodes of a :class:`~harness.node.cluster.RealNode` cluster of several nodes.
 
 - **Partitions**: a node cut off from the API server, from given addresses (a broker, a test
   host) or both. The rules are iptables rules in the node's own network namespace (chain
@@ -28,9 +28,10 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from harness import node_host
-from harness.node import KUBELET_PORT, NODE_IP, NODES_BRIDGE_IP, NodeSpec, RealNode
-from harness.node_host import FAULT_CHAIN, HostError
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.host import FAULT_CHAIN, HostError
+from harness.node.specs import KUBELET_PORT, NODE_IP, NODES_BRIDGE_IP, NodeSpec
 
 _HOOKS = ("INPUT", "OUTPUT", "FORWARD")
 
@@ -80,28 +81,28 @@ class Faults:
             # The API server reaches the kubelet from the machine's address on the nodes' bridge.
             rules.append(["-s", NODES_BRIDGE_IP, "-p", "tcp", "--dport", str(KUBELET_PORT)])
         for rule in rules:
-            node_host.ns_run(spec.netns, ["iptables", "-w", "-A", FAULT_CHAIN, *rule, "-j", "DROP"])
+            host.ns_run(spec.netns, ["iptables", "-w", "-A", FAULT_CHAIN, *rule, "-j", "DROP"])
         self._partitioned.add(node)
 
     def _on_top(self, netns: str) -> None:
         """The fault chain first in each hook: kube-proxy's rules accept established flows before it."""
         for hook in _HOOKS:
             jump = [hook, "-j", FAULT_CHAIN]
-            while node_host.ns_run(netns, ["iptables", "-w", "-D", *jump], check=False).returncode == 0:
+            while host.ns_run(netns, ["iptables", "-w", "-D", *jump], check=False).returncode == 0:
                 pass
-            node_host.ns_run(netns, ["iptables", "-w", "-I", hook, "1", "-j", FAULT_CHAIN])
+            host.ns_run(netns, ["iptables", "-w", "-I", hook, "1", "-j", FAULT_CHAIN])
 
     def rules(self, node: str) -> list[str]:
         """The fault rules in place on ``node`` (``iptables -S`` lines); empty when healed."""
         spec = self._spec(node)
         assert spec.netns is not None
-        result = node_host.ns_run(spec.netns, ["iptables", "-w", "-S", FAULT_CHAIN], check=False)
+        result = host.ns_run(spec.netns, ["iptables", "-w", "-S", FAULT_CHAIN], check=False)
         return [ln for ln in result.stdout.splitlines() if ln.startswith(f"-A {FAULT_CHAIN}")]
 
     def heal_partition(self, node: str) -> None:
         spec = self._spec(node)
         assert spec.netns is not None
-        node_host.ns_run(spec.netns, ["iptables", "-w", "-F", FAULT_CHAIN], check=False)
+        host.ns_run(spec.netns, ["iptables", "-w", "-F", FAULT_CHAIN], check=False)
         self._partitioned.discard(node)
 
     # -- the kubelet -----------------------------------------------------------------------------

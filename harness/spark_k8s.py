@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import ClusterError
-from harness.node import SERVICE_IP, RealNode, images_manifest
-from harness.node_workload import apply, kubectl_json
+from harness.kube.errors import ClusterError
+from harness.kube.profile import SERVICE_IP
+from harness.node.cluster import RealNode
+from harness.node.images import images_manifest
+from harness.node.workload import apply, kubectl_json
 from harness.polling import scaled, wait_for
 
 APP = "mqbalance-replay"

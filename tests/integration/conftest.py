@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]

@@ -51,10 +51,14 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import nemesis, nemesis_mq, nemesis_replay, node_host
+from harness import nemesis, nemesis_mq, nemesis_replay
 from harness.netfault import FaultError, Faults
-from harness.node import NODE_IP, Images, RealNode, containerd_roots, unavailable
-from harness.node_workload import (
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.images import Images
+from harness.node.requirements import unavailable
+from harness.node.specs import NODE_IP, containerd_roots
+from harness.node.workload import (
     EXAMPLES,
     GROUP,
     NAMESPACE,
@@ -115,7 +119,7 @@ def cluster(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         pytest.fail(f"three real nodes cannot run here: {reason}")
     with RealNode(tmp_path_factory.mktemp("nemesis"), images=images, nodes=3) as real:
         yield real
-    left = node_host.leftovers(NODE_IP, containerd_roots())
+    left = host.leftovers(NODE_IP, containerd_roots())
     assert left == [], f"the cluster left these behind: {left}"
 
 

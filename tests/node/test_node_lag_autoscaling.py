@@ -27,8 +27,10 @@ import pytest
 
 from harness import rocketmq as rmq
 from harness.broker_client import SEND_MESSAGE, pod_app_command, read_exactly
-from harness.node import NODE_IP, Images, RealNode
-from harness.node_workload import (
+from harness.node.cluster import RealNode
+from harness.node.images import Images
+from harness.node.specs import NODE_IP
+from harness.node.workload import (
     CHART,
     NAMESPACE,
     RELEASE,

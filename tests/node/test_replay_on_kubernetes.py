@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from harness import spark_k8s
-from harness.node import RealNode
-from harness.node_workload import CHART, RELEASE, RELEASE_NAMESPACE, helm, operator_pod
+from harness.node.cluster import RealNode
+from harness.node.workload import CHART, RELEASE, RELEASE_NAMESPACE, helm, operator_pod
 from harness.polling import scaled
 from mqbalance.journal import KIND
 

@@ -1,4 +1,4 @@
-"""Choosing the local control plane's Kubernetes version (harness.cluster, the build scripts)."""
+"""Choosing the local control plane's Kubernetes version (harness.kube.versions, the build scripts)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import (
+from harness.kube.cluster import LocalCluster
+from harness.kube.errors import ClusterError
+from harness.kube.versions import (
     CURRENT_K8S_VERSION,
     K8S_VERSION_ENV,
     LEGACY_K8S_VERSION,
-    ClusterError,
-    LocalCluster,
     default_bin_dir,
     resolve_version,
 )

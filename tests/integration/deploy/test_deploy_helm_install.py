@@ -21,8 +21,8 @@ import pytest
 from kubernetes import client
 
 from harness.apps.argv import mqbalance_argv
-from harness.cluster import LocalCluster
-from harness.kubelet import create_node, start_pods
+from harness.kube.cluster import LocalCluster
+from harness.kube.kubelet import create_node, start_pods
 from harness.polling import wait_for
 from harness.processes.managed import ManagedProcess
 from harness.processes.net import free_port

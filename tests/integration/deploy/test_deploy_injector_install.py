@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from harness.apps.argv import mqbalance_argv
-from harness.cluster import LocalCluster
-from harness.kubelet import create_pod
+from harness.kube.cluster import LocalCluster
+from harness.kube.kubelet import create_pod
 from harness.polling import wait_for
 from harness.processes.managed import ManagedProcess
 from harness.processes.net import free_port

@@ -23,7 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from harness.apps.argv import cluster_env, mqbalance_argv
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from harness.processes.managed import ManagedProcess
 from harness.processes.net import free_port

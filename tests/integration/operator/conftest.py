@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 
 ZONES = ("zone-a", "zone-b", "zone-c")

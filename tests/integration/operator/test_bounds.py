@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from harness import kubelet
+from harness.kube import kubelet
 from harness.polling import wait_for
 from harness.processes.net import serving_in_thread
 from mqbalance.contract import configmap_name

@@ -18,9 +18,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness import kubelet
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument, read_topic
 from tests.integration.invariants import check_document, check_journal

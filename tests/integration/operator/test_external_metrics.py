@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.processes.net import free_port
 

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
 from harness.polling import wait_for, work_timeout
 from mqbalance.contract import SIDECAR_GROUP_ANNOTATION, read_topic
 from tests.integration.invariants import check_document, check_journal

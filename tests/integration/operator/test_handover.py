@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument, read_topic
 from mqbalance.model import MessageQueue

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from harness.tcp_proxy import TcpProxy, proxied_kubeconfig, server_address
 from mqbalance.contract import AssignmentDocument, member_lease_name

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
-from harness.cluster import K8S_VERSION_ENV
+from harness.kube import kubelet
+from harness.kube.versions import K8S_VERSION_ENV
 from harness.polling import wait_for
 from mqbalance.contract import AssignmentDocument
 from mqbalance.pipeline import main as replay_main

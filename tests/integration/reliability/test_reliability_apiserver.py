@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from mqbalance.contract import configmap_name
 from tests.integration.operator_support import apply_group

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument, decode_acks, releases_configmap_name
 from mqbalance.model import MessageQueue

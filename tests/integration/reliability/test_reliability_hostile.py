@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
 from harness.hostile_nameserver import FAULTS, HostileNameServer, hostile_nameserver
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from tests.integration.operator_support import apply_group, apply_topic, condition, custom, read_document
 

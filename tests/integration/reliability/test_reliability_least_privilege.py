@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import ensure_binaries
+from harness.kube.binaries import ensure_binaries
 from harness.polling import scaled
 
 REPO = Path(__file__).resolve().parents[3]

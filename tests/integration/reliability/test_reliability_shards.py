@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from mqbalance.operator.shards import shard_of
 from tests.integration.operator_support import apply_topic

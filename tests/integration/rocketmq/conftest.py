@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.rocketmq import RocketMQ, is_5x, version_under_test
 
 ZONES = {"broker-a": "zone-a", "broker-b": "zone-b"}

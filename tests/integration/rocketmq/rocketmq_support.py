@@ -11,9 +11,9 @@ from typing import Any
 
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import apply_group, apply_topic
 

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet, polling
+from harness import polling
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, Acl, RocketMQ
 from mqbalance.operator.offsets import OffsetReader

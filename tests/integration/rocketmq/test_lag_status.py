@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.rocketmq import RocketMQ
 from tests.integration.operator_support import (

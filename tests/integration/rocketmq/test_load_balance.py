@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client
 
 from harness.apps.operator import OperatorProcess
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from harness.rocketmq import RocketMQ
 from mqbalance.model import MessageQueue

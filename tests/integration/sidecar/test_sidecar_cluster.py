@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.apps.metrics import parse_metric
 from harness.apps.sidecar import SidecarProcess
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument
 from mqbalance.sidecar.client import SidecarError

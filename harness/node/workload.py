@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from harness.broker_client import pod_app_command
-from harness.node import Images, RealNode
+from harness.node.cluster import RealNode
+from harness.node.images import Images
 from harness.paths import REPO
 from harness.polling import scaled, wait_for, work_timeout
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
@@ -103,7 +104,7 @@ def consumer_deployment(images: Images, replicas: int = 3, *, spread_zones: bool
     app, sidecar = containers["app"], containers["mqbalance-sidecar"]
     app["image"] = images.mqbalance
     app["imagePullPolicy"] = "Never"
-    app["command"] = pod_app_command(Path(__file__).parent / "consumer_app.py")
+    app["command"] = pod_app_command(REPO / "harness" / "consumer_app.py")
     app["ports"] = [{"name": "ready", "containerPort": APP_PORT}]
     app["readinessProbe"] = {
         "httpGet": {"path": "/ready", "port": "ready"},

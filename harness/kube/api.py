@@ -4,7 +4,7 @@ The product talks to the API server through ``mqbalance.kube`` only; this is the
 kubectl in Python, for the tests, the benchmarks and the demo that act out the world (pods, nodes,
 floors) and read what the operator wrote. It rides on the ``kubernetes`` package's ``ApiClient``
 (its kubeconfig loader, TLS and connection pool) and nothing else of it: no typed models.
-``LocalCluster.request`` and ``harness.kubelet`` go through it.
+``LocalCluster.request`` and ``harness.kube.kubelet`` go through it.
 
 - ``call``: one call, ``(status, decoded JSON or text)`` whatever the status;
 - ``request``: one call that must succeed, the decoded JSON answer or :class:`ApiError`.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.node_host import CONTAINERD_SOCKET, RUN_ROOT, HostError
+from harness.node.host import CONTAINERD_SOCKET, RUN_ROOT, HostError
 from harness.polling import scaled
 
 CNI_BIN_DIR = Path("/usr/lib/cni")
@@ -27,19 +27,27 @@ NAMESPACE = "k8s.io"
 
 @dataclass(frozen=True)
 class ContainerdLayout:
+    """Where one node's containerd keeps things."""
+
     root: Path
     """Images and snapshots: kept between runs, so imported images survive a restart."""
     cni_conf_dir: Path
     registry_dir: Path
     sandbox_image: str
+    run_dir: Path = RUN_ROOT
+    """Its socket, its state and the runc root: the node's own run directory."""
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "containerd.sock"
 
     @property
     def state(self) -> Path:
-        return RUN_ROOT / "containerd"
+        return self.run_dir / "containerd"
 
     @property
     def runc_root(self) -> Path:
-        return RUN_ROOT / "runc"
+        return self.run_dir / "runc"
 
 
 def render_config(layout: ContainerdLayout) -> str:
@@ -52,10 +60,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
 
 [grpc]
-  address = "{CONTAINERD_SOCKET}"
+  address = "{layout.socket}"
 
 [ttrpc]
-  address = "{CONTAINERD_SOCKET}.ttrpc"
+  address = "{layout.socket}.ttrpc"
 
 [debug]
   address = ""

@@ -1,4 +1,4 @@
-"""kwok (sigs.k8s.io/kwok) beside a :class:`~harness.cluster.LocalCluster`: fake nodes and the pods on
+"""kwok (sigs.k8s.io/kwok) beside a :class:`~harness.kube.cluster.LocalCluster`: fake nodes and the pods on
 them brought to life without kubelets.
 
 kwok runs in its controller mode against the local API server: it manages the Nodes annotated
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Self
 
 from harness import polling
-from harness.cluster import ClusterError, LocalCluster
+from harness.kube.cluster import LocalCluster
+from harness.kube.errors import ClusterError
 from harness.paths import REPO, cache_dir
 from harness.processes.managed import Component
 from harness.processes.net import free_port

@@ -1,9 +1,9 @@
 """Act out what kubelets and the scheduler would do, against a real API server.
 
-The local control plane (:mod:`harness.cluster`) runs no kubelet and no scheduler.
+The local control plane (:mod:`harness.kube.cluster`) runs no kubelet and no scheduler.
 These helpers create Nodes with zone labels, create Pods, bind them with the ``binding``
 subresource and patch their status to Running/Ready, so membership looks as it would in a
-real cluster. They talk through the harness's one client (:class:`harness.kubeapi.KubeApi`, or
+real cluster. They talk through the harness's one client (:class:`harness.kube.api.KubeApi`, or
 the ``ApiClient`` it rides on) and return the objects as the API server answers them (JSON).
 
 Deletion without a kubelet: a *bound* pod deleted with a grace period keeps its
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.kubeapi import ApiClient, ApiError, KubeApi
+from harness.kube.api import ApiClient, ApiError, KubeApi
 from harness.polling import wait_for
 
 Api = KubeApi | ApiClient
@@ -58,7 +58,7 @@ def _node_conditions(ready: bool) -> list[dict[str, Any]]:
             "type": "Ready",
             "status": "True" if ready else "False",
             "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "acted out by harness.kubelet",
+            "message": "acted out by harness.kube.kubelet",
             "lastHeartbeatTime": now,
             "lastTransitionTime": now,
         }
