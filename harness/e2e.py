@@ -63,7 +63,9 @@ from harness.kube.api import KubeApi
 from harness.kube.cluster import LocalCluster
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
-from harness.rocketmq import CURRENT_VERSION, DEFAULT_VERSION, RocketMQ, is_5x, topic_resource
+from harness.rocketmq.releases import CURRENT_VERSION, DEFAULT_VERSION, is_5x
+from harness.rocketmq.resources import topic_resource
+from harness.rocketmq.server import RocketMQ
 from mqbalance.journal import JournalRecord
 
 JAVA_MODULE = REPO / "clients" / "java"

@@ -1,6 +1,6 @@
 """Scoring of the nemesis suite: owner-side figures from what the consumer apps recorded.
 
-Each consumer app (harness/consumer_app.py) records, per queue, the intervals during which it
+Each consumer app (harness/apps/consumer_app.py) records, per queue, the intervals during which it
 processed batches under a valid grant; the runner (tests/node/test_nemesis.py) scrapes every
 app's record during a round. Pure functions here turn those snapshots into :class:`Interval`
 values and score a fault's round:

@@ -26,10 +26,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from harness import nemesis
-from harness import rocketmq as rmq
-from harness.broker_client import SEND_MESSAGE, SUCCESS, Broker, BrokerError
-from harness.polling import scaled, wait_for
+from harness.polling import wait_for
 from harness.processes.net import serving_in_thread
+from harness.rocketmq.broker_client import SEND_MESSAGE, SUCCESS, Broker, BrokerError
+from harness.rocketmq.server import RocketMQ
 
 BROKER_IP = "198.18.0.3"
 COLLECTOR_IP = "198.18.0.2"
@@ -48,34 +48,12 @@ def loopback_address(address: str) -> Iterator[str]:
         subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False, capture_output=True)
 
 
-class NemesisRocketMQ(rmq.RocketMQ):
+def nemesis_rocketmq(version: str, lock_ms: int | None = None) -> RocketMQ:
     """One NameServer (loopback, for the harness only) and one broker that registers and, on 5.x,
     binds ``BROKER_IP``: the pods reach it there. ``lock_ms``: the broker's lock lifetime
     (``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s by default) for orderly consumers."""
-
-    def __init__(self, version: str, lock_ms: int | None = None) -> None:
-        config = {"brokerIP1": BROKER_IP}
-        if int(version.split(".")[0]) >= 5:
-            config["bindAddress"] = BROKER_IP
-        super().__init__(version, broker_config=config)
-        self.lock_ms = lock_ms
-
-    def broker_addr(self, name: str) -> str:
-        return f"{BROKER_IP}:{self.broker_ports[name]}"
-
-    def _java(self, heap_mb: int, log_name: str) -> list[str]:
-        argv = super()._java(heap_mb, log_name)
-        if self.lock_ms is not None:
-            argv.insert(1, f"-Drocketmq.broker.rebalance.lockMaxLiveTime={self.lock_ms}")
-        return argv
-
-    def restart_broker(self, name: str = BROKER, grace: float = 30.0) -> None:
-        """Stop the broker gracefully (SIGTERM; killed after ``grace`` seconds) and start it again
-        on the same ports and store; returns once the NameServer lists it again."""
-        proc = self._brokers[name]
-        proc.stop(scaled(grace))
-        proc.start()
-        self._wait_registered()
+    options = [] if lock_ms is None else [f"-Drocketmq.broker.rebalance.lockMaxLiveTime={lock_ms}"]
+    return RocketMQ(version, broker_host=BROKER_IP, jvm_options=options)
 
 
 @dataclasses.dataclass(eq=False)

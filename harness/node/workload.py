@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from harness.broker_client import pod_app_command
+from harness.apps.pods import CONSUMER_APP, pod_app_command
 from harness.node.cluster import RealNode
 from harness.node.images import Images
 from harness.paths import REPO
@@ -86,7 +86,7 @@ def kubectl_json(node: RealNode, *args: str) -> Any:
 def consumer_deployment(images: Images, replicas: int = 3, *, spread_zones: bool = False) -> dict[str, Any]:
     """examples/consumer-deployment.yaml with the local image, and a real consumer app.
 
-    The app container runs harness/consumer_app.py: it long-polls the sidecar and has a
+    The app container runs harness/apps/consumer_app.py: it long-polls the sidecar and has a
     readinessProbe the test can fail; the sidecar container is the example's, unchanged but
     for the image and the pull policy. ``spread_zones``: the pods are spread evenly over the
     nodes' zones (a topology spread constraint on ``topology.kubernetes.io/zone``).
@@ -104,7 +104,7 @@ def consumer_deployment(images: Images, replicas: int = 3, *, spread_zones: bool
     app, sidecar = containers["app"], containers["mqbalance-sidecar"]
     app["image"] = images.mqbalance
     app["imagePullPolicy"] = "Never"
-    app["command"] = pod_app_command(REPO / "harness" / "consumer_app.py")
+    app["command"] = pod_app_command(CONSUMER_APP)
     app["ports"] = [{"name": "ready", "containerPort": APP_PORT}]
     app["readinessProbe"] = {
         "httpGet": {"path": "/ready", "port": "ready"},

@@ -10,7 +10,7 @@ each with its own Deployment of one pod per zone: ``orders-consumer`` with hando
 ``orders-orderly`` with ``Orderly`` (whose apps also hold RocketMQ's broker lock on a queue while
 they consume it, as an orderly consumer does), both with a short lease, and ``orders-rebalance``, no
 sidecar, rebalancing as RocketMQ's own clients do (the baseline, checked only for losses). Each
-mqbalance pod's app (harness/consumer_app.py) pulls its sidecar's queues from the broker only under
+mqbalance pod's app (harness/apps/consumer_app.py) pulls its sidecar's queues from the broker only under
 a valid grant, reports every message it processed to a collector on the machine, commits forward
 only and records its processing intervals; a scraper thread reads every app's intervals through the
 pod's own loopback (entered from the machine: a partitioned node's pods cannot be reached through
@@ -25,7 +25,7 @@ in the first round, a plain readiness flip with no fault.
 default 1) vary the run; the seed and every delay are printed. ``MQBALANCE_NEMESIS_FAULTS`` picks
 faults by key (comma-separated: partition, partition-broker, sigstop, kubelet, force-delete,
 api-restart, operator-partition, broker-restart, sigkill). ``MQBALANCE_NEMESIS_APP_IGNORES_GRANT=1``
-runs apps that ignore the grant (harness/consumer_app.py): the test must then fail with two owners
+runs apps that ignore the grant (harness/apps/consumer_app.py): the test must then fail with two owners
 and duplicates.
 
 At the end the operator's journal is replayed (``harness.nemesis_replay``): the queues each candidate
@@ -72,7 +72,8 @@ from harness.node.workload import (
     pods,
 )
 from harness.polling import scaled, wait_for
-from harness.rocketmq import topic_resource
+from harness.rocketmq.resources import topic_resource
+from harness.rocketmq.server import RocketMQ
 from mqbalance.contract import AssignmentDocument
 from tests.node.node_support import keep_journal
 
@@ -296,7 +297,7 @@ class Nemesis:
         cluster: RealNode,
         faults: Faults,
         rng: random.Random,
-        mq: nemesis_mq.NemesisRocketMQ,
+        mq: RocketMQ,
         collector: nemesis_mq.Collector,
         producer: nemesis_mq.Producer,
     ) -> None:
@@ -576,7 +577,7 @@ class Nemesis:
 
     def broker_restart(self, one: Round, docs: dict[str, AssignmentDocument]) -> float:
         """The broker stopped gracefully and started again on its store; the producer retries."""
-        self.mq.restart_broker()
+        self.mq.restart_broker(nemesis_mq.BROKER)
         return time.time()
 
     def sigkill(self, one: Round, docs: dict[str, AssignmentDocument]) -> float:
@@ -640,7 +641,7 @@ def consumer_group(name: str, mode: str) -> dict[str, Any]:
         "leaseMarginSeconds": MARGIN,
     }
     if mode == "Orderly":
-        # The broker's lock lifetime (NemesisRocketMQ's lock_ms): the override waits no longer than
+        # The broker's lock lifetime (nemesis_rocketmq's lock_ms): the override waits no longer than
         # for Release, so both groups have the same bound.
         group["spec"]["handover"]["brokerLockSeconds"] = int(LEASE + MARGIN)
     return group
@@ -713,7 +714,7 @@ def run_suite(
     with contextlib.ExitStack() as stack:
         stack.enter_context(nemesis_mq.loopback_address(nemesis_mq.BROKER_IP))
         stack.enter_context(nemesis_mq.loopback_address(nemesis_mq.COLLECTOR_IP))
-        mq = stack.enter_context(nemesis_mq.NemesisRocketMQ(VERSION, lock_ms=int((LEASE + MARGIN) * 1000)))
+        mq = stack.enter_context(nemesis_mq.nemesis_rocketmq(VERSION, lock_ms=int((LEASE + MARGIN) * 1000)))
         mq.create_topic(TOPIC, QUEUE_COUNT)
         collector = stack.enter_context(nemesis_mq.collecting())
         broker = mq.broker_addr(nemesis_mq.BROKER)

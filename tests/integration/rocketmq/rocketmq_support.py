@@ -14,7 +14,7 @@ from kubernetes import client
 from harness.apps.operator import OperatorProcess
 from harness.kube import kubelet
 from harness.kube.cluster import LocalCluster
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from tests.integration.operator_support import apply_group, apply_topic
 
 

@@ -22,7 +22,9 @@ from harness.apps.operator import OperatorProcess
 from harness.kube import kubelet
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, Acl, RocketMQ
+from harness.rocketmq.acl import Acl
+from harness.rocketmq.releases import DEFAULT_VERSION, LEGACY_VERSION
+from harness.rocketmq.server import RocketMQ
 from mqbalance.operator.offsets import OffsetReader
 from mqbalance.rocketmq.remoting import Credentials
 from tests.integration.operator_support import apply_group, apply_topic, condition, status_of

@@ -22,7 +22,7 @@ from harness.apps.operator import OperatorProcess
 from harness.kube import kubelet
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from tests.integration.operator_support import (
     condition,
     status_of,

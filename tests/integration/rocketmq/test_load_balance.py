@@ -24,7 +24,7 @@ from kubernetes import client
 from harness.apps.operator import OperatorProcess
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from mqbalance.model import MessageQueue
 from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length, request
 from tests.integration.operator_support import (

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from mqbalance.model import PERM_READ
 from tests.integration.operator_support import (
     GROUP,

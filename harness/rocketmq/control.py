@@ -1,6 +1,6 @@
 """A real RocketMQ that another process drives over stdin: the Java tests of master-slave pairs.
 
-``python -m harness.rocketmq_control --slave broker-a`` starts a NameServer and the brokers (the
+``python -m harness.rocketmq.control --slave broker-a`` starts a NameServer and the brokers (the
 named ones with a slave each), prints one JSON line::
 
     {"namesrv": "127.0.0.1:PORT", "masters": {"broker-a": "127.0.0.1:PORT"},
@@ -27,7 +27,8 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from harness.rocketmq import DEFAULT_VERSION, RocketMQ, RocketMQError
+from harness.rocketmq.releases import DEFAULT_VERSION, RocketMQError
+from harness.rocketmq.server import RocketMQ
 
 
 def _answer(mq: RocketMQ, command: list[object]) -> object:
@@ -52,7 +53,7 @@ def _answer(mq: RocketMQ, command: list[object]) -> object:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.rocketmq_control", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.rocketmq.control", description=__doc__)
     parser.add_argument("--version", default=DEFAULT_VERSION)
     parser.add_argument("--broker", action="append", default=[], help="broker names (default: broker-a)")
     parser.add_argument("--slave", action="append", default=[], help="a broker that also gets a slave")

@@ -1,10 +1,11 @@
 """A blocking connection to a RocketMQ broker with the calls the harness's own consumers and
-producers make: the consumer apps of the real-pod tests (harness/consumer_app.py,
-harness/lag_consumer_app.py) and the nemesis suite's producer (harness.nemesis_mq).
+producers make: the consumer apps of the real-pod tests (harness/apps/consumer_app.py,
+harness/apps/lag_consumer_app.py) and the nemesis suite's producer (harness.faults.nemesis_mq).
 
 The consumer apps run in the project's image, which holds mqbalance but not the harness: this module
-imports the standard library and mqbalance's remoting codec only, and ``pod_app_command`` hands it
-to the app's interpreter together with the app's source.
+imports the standard library and mqbalance's remoting codec only, and
+:func:`harness.apps.pods.pod_app_command` hands it to the app's interpreter together with the app's
+source.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import socket
-from pathlib import Path
 from typing import Any
 
 from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
@@ -120,19 +120,3 @@ class Broker:
         if answer.code != SUCCESS:
             raise BrokerError(f"PULL_MESSAGE: {answer.code} {answer.remark}")
         return answer.body or b"", int(answer.ext_fields["nextBeginOffset"])
-
-
-def pod_app_command(app: Path) -> list[str]:
-    """The command of a container that runs ``app`` (a harness file) in the project's image: its
-    source as ``python -c``, with this module loaded first as ``harness.broker_client`` (the image
-    has mqbalance, not the harness)."""
-    source = Path(__file__).read_text()
-    loader = (
-        "import sys, types\n"
-        "for _name, _source in (('harness', ''), ('harness.broker_client', " + repr(source) + ")):\n"
-        "    _module = sys.modules[_name] = types.ModuleType(_name)\n"
-        "    exec(compile(_source, _name.replace('.', '/') + '.py', 'exec'), _module.__dict__)\n"
-        "del _name, _source, _module\n"
-        "exec(compile(" + repr(app.read_text()) + ", " + repr(f"harness/{app.name}") + ", 'exec'))\n"
-    )
-    return ["python", "-c", loader]

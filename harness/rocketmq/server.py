@@ -1,17 +1,19 @@
 """A real RocketMQ on loopback: one NameServer and one or more Brokers from Apache's own jars.
 
-The jars are fetched once by ``hack/build-rocketmq.sh`` into the per-user cache
-(``~/.cache/mqbalance/rocketmq-<version>/lib``). Every start gets free ports, small heaps,
-16 MiB commit-log files and a temporary store that is removed on stop. Logs of every process
-are kept in the work directory and shown when something fails.
+The jars of each release are fetched once (:mod:`harness.rocketmq.releases`). Every start gets free
+ports, small heaps, 16 MiB commit-log files and a temporary store that is removed on stop. Logs of
+every process are kept in the work directory and shown when something fails.
 
 5.x NameServers and Brokers bind 127.0.0.1 (``bindAddress``); the Broker's HA port (used
 only by slaves) binds the wildcard address, as RocketMQ has no setting for it, and 4.9.x binds
-the wildcard address everywhere. Nothing here ever connects anywhere but 127.0.0.1.
+the wildcard address everywhere. Nothing here ever connects anywhere but 127.0.0.1, or the
+``broker_host`` a test put on the loopback interface.
 
 Command line::
 
     python -m harness.rocketmq up [--version V] [--brokers N] [--topic NAME:QUEUES ...]
+    python -m harness.rocketmq fetch [--version V]        # fetch or reuse the jars
+    python -m harness.rocketmq capture [--version V] DIR  # the codec's fixtures
 """
 
 from __future__ import annotations
@@ -27,60 +29,32 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from harness import polling
-from harness.paths import REPO, cache_dir, tmpfs_root
+from harness.paths import tmpfs_root
 from harness.processes.command import run_command, serve_until_interrupted, stop_on_ctrl_c
 from harness.processes.managed import Component
 from harness.processes.service import Service
 from harness.processes.workdir import WorkDir
-from mqbalance.model import PERM_READ, PERM_READ_WRITE
-from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
-from mqbalance.rocketmq.remoting import (
-    Credentials,
-    RemotingCommand,
-    RequestCode,
-    ResponseCode,
-    encode,
-    frame_length,
-    request,
-    sign,
+from harness.rocketmq.acl import AUTH_CREATE_ACL, AUTH_CREATE_USER, Acl, acl_broker_settings, plain_acl_yml
+from harness.rocketmq.releases import (
+    DEFAULT_VERSION,
+    MqadminError,
+    RocketMQError,
+    ensure_jars,
+    is_5x,
+    lib_dir,
 )
+from mqbalance.model import PERM_READ_WRITE
+from mqbalance.rocketmq.nameserver import NameServerClient, NameServerError, invoke
+from mqbalance.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode, request, sign
 from mqbalance.rocketmq.route import ClusterInfo, TopicRouteData
 
-DEFAULT_VERSION = "5.3.3"
-"""The pinned 5.x release (also in hack/build-rocketmq.sh)."""
-LEGACY_VERSION = "4.9.7"
-"""The 4.x release that Maven Central serves whole (4.9.8's namesrv and broker jars are not there)."""
-CURRENT_VERSION = "5.5.0"
-"""The current line: the newest release whose NameServer, Broker, client and admin tools Maven
-Central serves whole (of 5.5.1 it serves rocketmq-tiered-store and rocketmq-broker, not
-rocketmq-namesrv, rocketmq-client nor rocketmq-tools)."""
-LINES = (CURRENT_VERSION, DEFAULT_VERSION, LEGACY_VERSION)
-"""Every release the RocketMQ suites run against (docs/rocketmq.md, "Releases")."""
-VERSION_ENV = "MQBALANCE_ROCKETMQ_VERSION"
-
-
-def version_under_test() -> str:
-    """The release the RocketMQ suites (the route and lag readers, the end-to-end messages) run
-    against: ``$MQBALANCE_ROCKETMQ_VERSION`` (one of :data:`LINES`), else the current line, which
-    CI runs; ``make test-rocketmq-lines`` runs them with the others."""
-    version = os.environ.get(VERSION_ENV, "").strip() or CURRENT_VERSION
-    if version not in LINES:
-        raise ValueError(f"{VERSION_ENV}={version!r}: not one of the tested releases {', '.join(LINES)}")
-    return version
-
-
-def is_5x(version: str) -> bool:
-    return int(version.split(".")[0]) >= 5
-
-
 CLUSTER = "mqbalance"
-_BUILD_SCRIPT = REPO / "hack" / "build-rocketmq.sh"
 
 # RocketMQ reaches into NIO internals (direct buffer cleaning, mmap); JDK 17 needs them opened.
 _ADD_OPENS = (
@@ -123,116 +97,6 @@ _GET_BROKER_RUNTIME_INFO = 28
 _QUERY_NOT_FOUND = 22
 """RequestCode and ResponseCode values the master-slave helpers use."""
 
-AUTH_CREATE_USER = 3001
-AUTH_CREATE_ACL = 3006
-"""5.x RequestCode: ACL 2.0's user and ACL administration (``AdminBrokerProcessor``)."""
-
-
-@dataclass(frozen=True)
-class Acl:
-    """Brokers that check every request's signature (RocketMQ's ``AclClientRPCHook``).
-
-    4.x: plain ACL (``aclEnable=true``, ``conf/plain_acl.yml``): ``admin`` is an admin account,
-    ``client`` may publish to and subscribe every topic and group; no address is whitelisted.
-    5.x: ACL 2.0 (``authenticationEnabled``, ``authorizationEnabled``, users and ACLs kept by the
-    broker in its store): ``admin`` is the initial (super) user, ``inner`` the credentials of the
-    broker's own clients, ``client`` a normal user granted Pub, Sub and Get on every topic and group.
-    The NameServer checks nothing, in either line.
-    """
-
-    admin: Credentials = field(default_factory=lambda: Credentials("mqbalance-admin", "admin-secret-0"))
-    client: Credentials = field(default_factory=lambda: Credentials("mqbalance-client", "client-secret-0"))
-    inner: Credentials = field(default_factory=lambda: Credentials("mqbalance-inner", "inner-secret-0"))
-
-
-def _plain_acl_yml(acl: Acl) -> str:
-    # An empty whitelist: 127.0.0.1 gets no pass, unsigned requests are refused.
-    return f"""globalWhiteRemoteAddresses: []
-accounts:
-  - accessKey: {acl.admin.access_key}
-    secretKey: {acl.admin.secret_key}
-    whiteRemoteAddress:
-    admin: true
-  - accessKey: {acl.client.access_key}
-    secretKey: {acl.client.secret_key}
-    whiteRemoteAddress:
-    admin: false
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: PUB|SUB
-"""
-
-
-def _acl_broker_settings(acl: Acl, is_5x: bool) -> dict[str, str]:
-    if not is_5x:
-        return {"aclEnable": "true"}
-    authn, authz = "org.apache.rocketmq.auth.authentication", "org.apache.rocketmq.auth.authorization"
-    return {
-        "authenticationEnabled": "true",
-        "authorizationEnabled": "true",
-        "authenticationProvider": f"{authn}.provider.DefaultAuthenticationProvider",
-        "authenticationMetadataProvider": f"{authn}.provider.LocalAuthenticationMetadataProvider",
-        "authorizationProvider": f"{authz}.provider.DefaultAuthorizationProvider",
-        "authorizationMetadataProvider": f"{authz}.provider.LocalAuthorizationMetadataProvider",
-        "initAuthenticationUser": json.dumps(
-            {"username": acl.admin.access_key, "password": acl.admin.secret_key}, separators=(",", ":")
-        ),
-        # The broker's own clients (to other brokers) sign with these; made a super user at start.
-        "innerClientAuthenticationCredentials": json.dumps(
-            {"accessKey": acl.inner.access_key, "secretKey": acl.inner.secret_key}, separators=(",", ":")
-        ),
-    }
-
-
-def topic_resource(
-    name: str, namespace: str, brokers: Sequence[str], queues: int, zone: str | None = None
-) -> dict[str, Any]:
-    """The mqbalance Topic ``name`` (also its RocketMQ topic) listing ``brokers`` statically, each
-    with ``queues`` read and write queues, in ``zone`` when one is given."""
-    placed = {"zone": zone} if zone is not None else {}
-    return {
-        "apiVersion": "mqbalance.io/v1alpha1",
-        "kind": "Topic",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "topicName": name,
-            "brokers": [
-                {"name": b, **placed, "readQueueNums": queues, "writeQueueNums": queues} for b in brokers
-            ],
-        },
-    }
-
-
-class RocketMQError(RuntimeError):
-    """RocketMQ could not be fetched, started or reached; the message carries the logs."""
-
-
-class MqadminError(RocketMQError):
-    """An ``mqadmin`` command failed: a refusal, or a request that timed out on a loaded machine."""
-
-
-def home(version: str = DEFAULT_VERSION) -> Path:
-    return cache_dir() / f"rocketmq-{version}"
-
-
-def lib_dir(version: str = DEFAULT_VERSION) -> Path:
-    return home(version) / "lib"
-
-
-def jars_present(version: str = DEFAULT_VERSION) -> bool:
-    lib = lib_dir(version)
-    return (home(version) / ".stamp").is_file() and (lib / f"rocketmq-broker-{version}.jar").is_file()
-
-
-def ensure_jars(version: str = DEFAULT_VERSION) -> Path:
-    """The lib dir of ``version``, fetching it first (once, cached) when missing."""
-    if jars_present(version):
-        return lib_dir(version)
-    print(f"fetching RocketMQ {version} with {_BUILD_SCRIPT} (once; cached)", file=sys.stderr)
-    result = subprocess.run(["bash", str(_BUILD_SCRIPT), version], stdout=subprocess.PIPE, check=False)
-    if result.returncode != 0 or not jars_present(version):
-        raise RocketMQError(f"{_BUILD_SCRIPT} {version} failed with exit code {result.returncode}")
-    return lib_dir(version)
-
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -267,6 +131,8 @@ class RocketMQ(Service):
 
     Use as a context manager. ``brokers`` names the broker groups (one master each); ``zones``
     gives some of them the zone they register with (5.x only: ``$ROCKETMQ_ZONE``).
+    ``broker_host``: the address the brokers register with and (5.x) bind, 127.0.0.1 unless a test
+    put another on the loopback interface; ``jvm_options``: more ``-D`` options for every JVM.
     """
 
     def __init__(
@@ -282,6 +148,8 @@ class RocketMQ(Service):
         zones: Mapping[str, str] | None = None,
         acl: Acl | None = None,
         slaves: Sequence[str] = (),
+        broker_host: str = "127.0.0.1",
+        jvm_options: Sequence[str] = (),
     ) -> None:
         if not brokers:
             raise ValueError("at least one broker name is needed")
@@ -292,6 +160,8 @@ class RocketMQ(Service):
         self.broker_heap_mb = broker_heap_mb
         self.ready_timeout = ready_timeout
         self.broker_config = dict(broker_config or {})
+        self.broker_host = broker_host
+        self.jvm_options = tuple(jvm_options)
         self.zones = dict(zones or {})
         self.acl = acl
         self.slave_names = tuple(slaves)
@@ -321,7 +191,7 @@ class RocketMQ(Service):
         return f"127.0.0.1:{self.namesrv_port}"
 
     def broker_addr(self, name: str) -> str:
-        return f"127.0.0.1:{self.broker_ports[name]}"
+        return f"{self.broker_host}:{self.broker_ports[name]}"
 
     @property
     def is_5x(self) -> bool:
@@ -366,6 +236,14 @@ class RocketMQ(Service):
             self._slaves = {}
             self._namesrv = None
             self._workdir.remove()
+
+    def restart_broker(self, name: str, grace: float = 30.0) -> None:
+        """Stop a broker gracefully (SIGTERM; killed after ``grace`` seconds, stretched for load) and
+        start it again on the same ports and store; returns once the NameServer lists it again."""
+        proc = self._brokers[name]
+        proc.stop(polling.scaled(grace))
+        proc.start()
+        self._wait_registered()
 
     def kill_broker(self, name: str) -> None:
         """SIGKILL one broker (its queues become unreachable; the NameServer drops it later)."""
@@ -664,7 +542,7 @@ class RocketMQ(Service):
             # 4.x brokers read plain_acl.yml under ROCKETMQ_HOME; mqadmin of both lines signs
             # with the account in conf/tools.yml.
             if not self.is_5x:
-                (conf / "plain_acl.yml").write_text(_plain_acl_yml(self.acl))
+                (conf / "plain_acl.yml").write_text(plain_acl_yml(self.acl))
             admin = self.acl.admin
             (conf / "tools.yml").write_text(f"accessKey: {admin.access_key}\nsecretKey: {admin.secret_key}\n")
         (self.workdir / "logs").mkdir(exist_ok=True)
@@ -677,6 +555,7 @@ class RocketMQ(Service):
     def _java(self, heap_mb: int, log_name: str) -> list[str]:
         return [
             "java",
+            *self.jvm_options,
             f"-Xms{min(64, heap_mb)}m",
             f"-Xmx{heap_mb}m",
             f"-XX:MaxDirectMemorySize={heap_mb}m",
@@ -717,7 +596,7 @@ class RocketMQ(Service):
             "namesrvAddr": self.namesrv_addr,
             "listenPort": str(port),
             "haListenPort": str(port + 1),
-            "brokerIP1": "127.0.0.1",
+            "brokerIP1": self.broker_host,
             "storePathRootDir": str(store),
             "storePathCommitLog": str(store / "commitlog"),
             "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
@@ -727,8 +606,8 @@ class RocketMQ(Service):
             "autoCreateSubscriptionGroup": "true",
             "deleteWhen": "04",
             "diskMaxUsedSpaceRatio": "95",
-            **({"bindAddress": "127.0.0.1", "timerWheelEnable": "false"} if self.is_5x else {}),
-            **(_acl_broker_settings(self.acl, self.is_5x) if self.acl is not None else {}),
+            **({"bindAddress": self.broker_host, "timerWheelEnable": "false"} if self.is_5x else {}),
+            **(acl_broker_settings(self.acl, self.is_5x) if self.acl is not None else {}),
             **self.broker_config,
             # A slave learns its master's HA address from the NameServer's answer to its registration.
             **({"brokerRole": "SLAVE"} if slave else {}),
@@ -821,43 +700,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
         return serve_until_interrupted(f"export NAMESRV_ADDR={mq.namesrv_addr}", lambda: True, mq.logs)
 
 
-def raw_exchange(address: str, command: RemotingCommand, timeout: float = 5.0) -> bytes:
-    """Send one request and return the response frame exactly as the server wrote it."""
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(encode(command))
-        data = b""
-        while len(data) < 4 or len(data) < 4 + frame_length(data[:4]):
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise RocketMQError(f"{address} closed the connection after {len(data)} bytes")
-            data += chunk
-    return data
-
-
 def _cmd_capture(args: argparse.Namespace) -> int:
     """Write response frames of a real NameServer to files, for the codec's unit tests."""
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    with RocketMQ(args.version, brokers=("broker-a", "broker-b")) as mq:
-        mq.create_topic("orders", read_queues=8, write_queues=4, brokers=["broker-a"])
-        mq.create_topic("orders", 2, perm=PERM_READ, brokers=["broker-b"])
-        exchanges = {
-            "route-orders": request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1, {"topic": "orders"}),
-            # A client older than 4.9.4 gets fastjson's bare integer keys.
-            "route-orders-old-client": replace(
-                request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 2, {"topic": "orders"}), version=0
-            ),
-            "route-missing": request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 3, {"topic": "missing"}),
-            "cluster-info": request(RequestCode.GET_BROKER_CLUSTER_INFO, 4),
-        }
-        for name, command in exchanges.items():
-            path = out / f"{args.version}-{name}.bin"
-            path.write_bytes(raw_exchange(mq.namesrv_addr, command))
-            print(path)
-        (out / f"{args.version}-ports.json").write_text(
-            json.dumps({"namesrv": mq.namesrv_port, **mq.broker_ports}, sort_keys=True) + "\n"
-        )
+    from harness.rocketmq.capture import capture
+
+    capture(args.version, args.out)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The consumer application of the real-pod tests, run in the app container as ``python -c`` with
-harness.broker_client beside it (``harness.broker_client.pod_app_command``).
+harness.rocketmq.broker_client beside it (``harness.apps.pods.pod_app_command``).
 
 It does what a consumer does with the sidecar: long-polls ``$MQBALANCE_URL/v1/queues`` with the
 project's client and prints every generation it is handed, with the time it arrived (one JSON
@@ -19,7 +19,7 @@ check that its scoring catches two owners on real pods).
 
 With ``BROKERS`` in its environment (JSON: broker name -> host:port) the batches are real: for each
 queue of its view it pulls the next messages from the broker (PULL_MESSAGE with the subscription in
-the request, with harness.broker_client as harness/lag_consumer_app.py does), processes
+the request, with harness.rocketmq.broker_client as harness/apps/lag_consumer_app.py does), processes
 them one by one while the batch's deadline (the tick's end, inside the grant) has not passed,
 reports them to ``COLLECTOR`` (an HTTP server on the machine: what the sink received outlives the
 pod) and then commits the next offset, forward only (the broker's offset is read back first and
@@ -61,8 +61,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from harness import broker_client
-from harness.broker_client import SUCCESS, BrokerError
+from harness.rocketmq import broker_client
+from harness.rocketmq.broker_client import SUCCESS, BrokerError
 from mqbalance.sidecar.client import SidecarClient, SidecarError
 
 UNREADY_FILE = "/tmp/unready"

@@ -1,8 +1,8 @@
 """A slow RocketMQ consumer for real pods: consumes exactly the queues its sidecar serves, with the
 handover's release acknowledgements, and reports every batch it processed.
 
-Run in the project's image beside the sidecar as ``python -c`` with harness.broker_client
-(``harness.broker_client.pod_app_command``; the image has mqbalance, whose remoting codec and sidecar
+Run in the project's image beside the sidecar as ``python -c`` with harness.rocketmq.broker_client
+(``harness.apps.pods.pod_app_command``; the image has mqbalance, whose remoting codec and sidecar
 client need only the standard library). It pulls each of its queues from the broker (PULL_MESSAGE
 with the subscription in the request, as a lite pull consumer does),
 spends ``DELAY_MS`` a message, reports the batch's offsets ``[start, next)`` to ``COLLECTOR`` (the
@@ -25,7 +25,7 @@ import time
 import urllib.request
 from typing import Any
 
-from harness.broker_client import Broker
+from harness.rocketmq.broker_client import Broker
 from mqbalance.sidecar.client import SidecarClient, SidecarError
 
 BROKERS: dict[str, str] = json.loads(os.environ["BROKERS"])
