@@ -1,7 +1,7 @@
 """The control plane's binaries: present in the cache, or built once by hack/build-control-plane.sh.
 
 :class:`Binaries` is what a cluster asks of them; :class:`ControlPlaneBinaries` are the local control
-plane's, and a real node brings its own (:class:`harness.node.binaries.NodeBinaries`).
+plane's, and a real node brings its own (:class:`harness.node.requirements.NodeBinaries`).
 """
 
 from __future__ import annotations
