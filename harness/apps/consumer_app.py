@@ -12,7 +12,7 @@ never outlives the grant). It records, per queue, the intervals during which it 
 (``start`` to the end of the last batch), and acknowledges each generation it has applied
 (``POST /v1/release``) once the queues that generation took away are no longer processed.
 ``GET :8080/intervals`` serves them: the nemesis runner (tests/node/test_nemesis.py) scores them
-with ``harness.nemesis``. On SIGTERM it stops processing, acknowledges ``all`` and exits.
+with ``harness.faults.nemesis``. On SIGTERM it stops processing, acknowledges ``all`` and exits.
 With ``IGNORE_GRANT=1`` in its environment it is the client the grant cannot protect: it ignores
 fenced answers and the grant's expiry and keeps processing its last queues (the nemesis suite's
 check that its scoring catches two owners on real pods).

@@ -13,7 +13,7 @@ and an iptables rule drops anything they would send off the machine. The binarie
 
 ``RealNode(nodes=3)`` runs three nodes instead, in zones ``zone-a`` to ``zone-c``, each with its
 own containerd, kubelet and kube-proxy in a network namespace of its own on a bridge the run makes
-(:func:`~harness.node.specs.node_specs`); :mod:`harness.netfault` partitions them.
+(:func:`~harness.node.specs.node_specs`); :mod:`harness.faults.netfault` partitions them.
 
 The node is machine-global (one containerd socket, one bridge, iptables): one runs at a
 time (a lock), it needs root, and :meth:`RealNode.stop` puts the machine back (processes,
@@ -122,7 +122,7 @@ class RealNode(Service):
         self.timings: dict[str, float] = {}
         """Seconds from the start of :meth:`start` to each milestone."""
         self.stop_hooks: list[Callable[[], None]] = []
-        """Called first by :meth:`stop` (undo faults: :class:`harness.netfault.Faults`)."""
+        """Called first by :meth:`stop` (undo faults: :class:`harness.faults.netfault.Faults`)."""
 
     # -- the control plane's, for callers --------------------------------------------------------
 

@@ -37,7 +37,7 @@ CONTAINERD_SOCKET = RUN_ROOT / "containerd.sock"
 BRIDGE = "mqb-cni0"
 EGRESS_CHAIN = "MQBALANCE-NODE-EGRESS"
 FAULT_CHAIN = "MQBALANCE-FAULT"
-"""Inside a node's network namespace: the rules of :mod:`harness.netfault` (partitions)."""
+"""Inside a node's network namespace: the rules of :mod:`harness.faults.netfault` (partitions)."""
 # A cluster of several nodes: each node in a network namespace of its own, joined to a bridge on
 # the machine by a veth pair; the names below are the project's own, so cleanup finds them by name.
 NODES_BRIDGE = "mqb-nodes"

@@ -1,6 +1,6 @@
 """A blocking connection to a RocketMQ broker with the calls the harness's own consumers and
 producers make: the consumer apps of the real-pod tests (harness/apps/consumer_app.py,
-harness/apps/lag_consumer_app.py) and the nemesis suite's producer (harness.nemesis_mq).
+harness/apps/lag_consumer_app.py) and the nemesis suite's producer (harness.faults.nemesis_mq).
 
 The consumer apps run in the project's image, which holds mqbalance but not the harness: this module
 imports the standard library and mqbalance's remoting codec only, and

@@ -1,5 +1,5 @@
 """Three real nodes in zones a, b and c, each in a network namespace of its own, and the faults of
-harness/netfault.py: a node cut off from the API server goes NotReady while its pods keep running
+harness/faults/netfault.py: a node cut off from the API server goes NotReady while its pods keep running
 and serving, and comes back when healed; a killed kubelet, a paused container; teardown leaves
 nothing behind.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from harness.netfault import Faults
+from harness.faults.netfault import Faults
 from harness.node import host
 from harness.node.cluster import RealNode
 from harness.node.images import Images

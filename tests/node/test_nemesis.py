@@ -3,7 +3,7 @@ fault at a time on three real nodes, each after a seeded random delay, with real
 scored from what the consumer apps say they processed and what reached the sink.
 
 RocketMQ (5.3.3; ``MQBALANCE_NEMESIS_ROCKETMQ`` picks another release) runs on the machine, its
-broker on an address of its own that the pods reach (harness/nemesis_mq.py), with topic ``orders``
+broker on an address of its own that the pods reach (harness/faults/nemesis_mq.py), with topic ``orders``
 of 12 queues. A producer on the machine sends keyed messages at a steady rate throughout (36 keys,
 one queue each, a sequence number per key in the body). Three groups consume the topic side by side,
 each with its own Deployment of one pod per zone: ``orders-consumer`` with handover ``Release`` and
@@ -15,7 +15,7 @@ a valid grant, reports every message it processed to a collector on the machine,
 only and records its processing intervals; a scraper thread reads every app's intervals through the
 pod's own loopback (entered from the machine: a partitioned node's pods cannot be reached through
 the API server), and a watcher keeps every published generation of each group. Per fault and group,
-``harness.nemesis`` scores the round: overlapping owners, the longest time a queue went unprocessed,
+``harness.faults.nemesis`` scores the round: overlapping owners, the longest time a queue went unprocessed,
 how long the operator took to revoke the victims' queues and the part of the gap after that against
 ``leaseSeconds + leaseMarginSeconds + 2 x the one-step latency``; and the messages: lost, duplicates
 by cause, per-key order violations, the longest a message waited. The one-step latency is measured
@@ -28,7 +28,7 @@ api-restart, operator-partition, broker-restart, sigkill). ``MQBALANCE_NEMESIS_A
 runs apps that ignore the grant (harness/apps/consumer_app.py): the test must then fail with two owners
 and duplicates.
 
-At the end the operator's journal is replayed (``harness.nemesis_replay``): the queues each candidate
+At the end the operator's journal is replayed (``harness.faults.nemesis_replay``): the queues each candidate
 strategy would have moved in each round; with ``MQBALANCE_KEEP_JOURNAL=DIR`` the operator's log is
 kept there too (docs/pipeline.md, "Real journals").
 """
@@ -51,8 +51,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import nemesis, nemesis_mq, nemesis_replay
-from harness.netfault import FaultError, Faults
+from harness.faults import nemesis, nemesis_mq, nemesis_replay
+from harness.faults.netfault import FaultError, Faults
 from harness.node import host
 from harness.node.cluster import RealNode
 from harness.node.images import Images

@@ -7,7 +7,7 @@ the operator wrote is then replayed:
 - on the test session's local[2] Spark session (``tests/spark_support.check_journal``): Spark's
   figures, totals and group summaries equal the single-process replay's row for row, and Spark
   replayed every generation the test caused (and every record of the file);
-- on a standalone Spark cluster (``harness.spark_cluster``: a master and two one-core workers on
+- on a standalone Spark cluster (``harness.spark.cluster``: a master and two one-core workers on
   127.0.0.1): ``mqbalance replay --master spark://...`` on small synthetic churn and on that journal
   writes the ``summary.json`` that ``--single-process`` writes (timings aside), tasks of the
   synthetic run ran on both workers, and no process of the cluster or the driver listened or
@@ -39,7 +39,7 @@ pytest.importorskip("pyspark", reason="the replay tests need the 'replay' extra"
 
 from pyspark.sql import SparkSession
 
-from harness.spark_cluster import SparkCluster
+from harness.spark.cluster import SparkCluster
 from tests.spark_support import check_journal
 
 pytestmark = pytest.mark.spark

@@ -14,7 +14,7 @@ goes. Only the standard library is imported here.
 
 Command line (prints the master's URL, then waits for Ctrl-C)::
 
-    python -m harness.spark_cluster [--dir DIR] [--workers 2]
+    python -m harness.spark.cluster [--dir DIR] [--workers 2]
 """
 
 from __future__ import annotations
@@ -429,7 +429,7 @@ def sockets_of(pids: Iterable[int]) -> list[Socket]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.spark_cluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.spark.cluster", description=__doc__)
     parser.add_argument("--dir", help="work directory (default: a new temporary one)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)

@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import demo_report, polling
-from harness.demo_common import DemoError, print_sidecar, show_change, step
+from harness import polling
+from harness.demo import report as demo_report
+from harness.demo.common import DemoError, print_sidecar, show_change, step
 from harness.kube.versions import resolve_version
 from harness.node.cluster import RealNode
 from harness.node.images import ensure_images

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from harness import nemesis
+from harness.faults import nemesis
 from harness.polling import wait_for
 from harness.processes.net import serving_in_thread
 from harness.rocketmq.broker_client import SEND_MESSAGE, SUCCESS, Broker, BrokerError
@@ -164,7 +164,7 @@ class Collector(ThreadingHTTPServer):
     def in_flight(
         self, group: str, runs: Sequence[nemesis.CutRun]
     ) -> dict[tuple[str, float], set[tuple[str, int]]]:
-        """:func:`harness.nemesis.in_flight` of the batches ``group`` reported."""
+        """:func:`harness.faults.nemesis.in_flight` of the batches ``group`` reported."""
         with self.lock:
             return nemesis.in_flight(self.batches.get(group, []), runs)
 

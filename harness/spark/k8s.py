@@ -163,7 +163,7 @@ def spark_submit_argv(
         "spark.kubernetes.executor.request.cores": "200m",
         "spark.driver.memory": "512m",
         "spark.executor.memory": "512m",
-        # Short runs: the JVMs' JIT and GC tuned for start-up, as harness/spark_cluster.py does.
+        # Short runs: the JVMs' JIT and GC tuned for start-up, as harness/spark/cluster.py does.
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.ui.enabled": "false",

@@ -1,4 +1,4 @@
-"""What both demos share (the stand-in in harness.demo, real pods in harness.demo_node): the error a
+"""What both demos share (the stand-in in harness.demo, real pods in harness.demo.node): the error a
 step that did not happen raises, the step line, and printing an assignment change and what a
 sidecar serves.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import demo_report
+from harness.demo import report as demo_report
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
 

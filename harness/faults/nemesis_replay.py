@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from harness.demo_report import table
+from harness.demo.report import table
 from mqbalance.journal import JournalRecord
 from mqbalance.pipeline.events import event_from_record
 from mqbalance.pipeline.replay import replay

@@ -1,6 +1,6 @@
 """The local demo (`make demo`): the whole system on a throw-away local cluster.
 
-Two modes. On real pods (harness.demo_node) when a real node can run here: root, the node
+Two modes. On real pods (harness.demo.node) when a real node can run here: root, the node
 binaries and images built (``make node images``), containerd usable. Otherwise the stand-in
 mode below, which needs only the control plane; the demo says which mode it runs and why.
 
@@ -27,10 +27,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import demo_report, polling
+from harness import polling
 from harness.apps.argv import mqbalance_argv
 from harness.apps.operator import OperatorProcess
-from harness.demo_common import DemoError, print_sidecar, show_change, step
+from harness.demo import report as demo_report
+from harness.demo.common import DemoError, print_sidecar, show_change, step
 from harness.kube.api import ApiError
 from harness.kube.cluster import LocalCluster
 from harness.kube.errors import ClusterError
@@ -273,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         reason = unavailable(need_built=args.mode == "auto")
         if reason is None:
-            from harness import demo_node
+            from harness.demo import node as demo_node
 
             step("mode: real pods (kubelet + containerd node; --mode stand-in for the stand-in)")
             return demo_node.run(args.keep_logs, args.timeout * 3, args.keep_journal)
