@@ -38,6 +38,7 @@ members, and how long it went unconsumed (``harness.e2e_moves``).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import itertools
 import json
@@ -285,7 +286,7 @@ def _json(doc: Any) -> str:
 # -- variants -----------------------------------------------------------------------------------
 
 
-class Variant:
+class Variant(abc.ABC):
     """One way of balancing the group's consumers; members are numbered 0, 1, 2..."""
 
     name: ClassVar[str]
@@ -301,28 +302,28 @@ class Variant:
         """Consumer names that left the group cleanly while the script ran (not at the end), and
         when (unix time) their leaving began."""
 
+    @abc.abstractmethod
     def member(self, i: int) -> str:
         """Member ``i``'s consumer name (its pod's name), as the journal and the records name it."""
-        raise NotImplementedError
 
     def language(self, i: int) -> str:
         """Member ``i``'s client: ``java`` (clients/java's E2eConsumer) or ``go`` (clients/go's)."""
         return "java"
 
-    def setup(self) -> None:
+    def setup(self) -> None:  # noqa: B027 (a hook: most variants need nothing before the first member)
         """Before the first member starts."""
 
-    def join(self, i: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def join(self, i: int) -> None: ...
 
-    def kill(self, i: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def kill(self, i: int) -> None: ...
 
-    def leave(self, i: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def leave(self, i: int) -> None: ...
 
-    def stop_all(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop_all(self) -> None: ...
 
 
 class RocketMQVariant(Variant):
