@@ -62,7 +62,7 @@ JAVA_ORACLE_VERSIONS := $(shell sed 's/\#.*//' tests/oracle/versions.txt)
 java-oracle:
 	bash hack/build-java-oracle.sh $(JAVA_ORACLE_VERSIONS) >/dev/null
 
-# Every release the RocketMQ suites run against: the current line, 5.3.3 and 4.9.7 (harness.rocketmq.LINES).
+# Every release the RocketMQ suites run against: the current line, 5.3.3 and 4.9.7 (harness.rocketmq.releases.LINES).
 ROCKETMQ_LINES := 5.5.0 5.3.3 4.9.7
 
 rocketmq:

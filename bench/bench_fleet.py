@@ -4,7 +4,7 @@ sidecars' watches acted out by thousands of lightweight watchers, in one run.
     python bench/bench_fleet.py [--nodes 100] [--pods 3000] [--groups 300] [--namespaces 3]
         [--watchers 3000] [--fanout 500] [--lost-nodes 10]
 
-kwok (harness/kwok.py, built by hack/build-kwok.sh) plays the kubelets: it turns the fake Nodes
+kwok (harness/kube/kwok.py, built by hack/build-kwok.sh) plays the kubelets: it turns the fake Nodes
 Ready and every pod bound to one Running and Ready. Pods are created with ``spec.nodeName`` set
 (there is no scheduler), each group's pods round-robin over the nodes, the nodes round-robin
 over the zones. Each group has its own label selector and Topic (brokers in the three zones).
@@ -70,12 +70,12 @@ from bench.common import (
     table,
     zone_brokers,
 )
-from harness.cluster import LocalCluster
-from harness.kubeapi import ApiError, KubeApi
-from harness.kwok import KWOK_VERSION, Kwok, condition_true, node_body, pod_body, zone_of
+from harness.apps.operator import OperatorProcess
+from harness.kube.api import ApiError, KubeApi
+from harness.kube.cluster import LocalCluster
+from harness.kube.kwok import KWOK_VERSION, Kwok, condition_true, node_body, pod_body, zone_of
 from harness.polling import deadline as deadline_after
 from harness.polling import wait_for, work_timeout
-from harness.processes import OperatorProcess
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 CONFIGMAP_KEY = "assignment.json"

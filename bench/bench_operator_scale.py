@@ -71,10 +71,10 @@ from bench.common import (
     table,
     zone_brokers,
 )
-from harness.kubeapi import KubeApi
+from harness.apps.operator import OperatorProcess
+from harness.kube.api import KubeApi
 from harness.polling import deadline as deadline_after
 from harness.polling import wait_for, work_timeout
-from harness.processes import OperatorProcess
 from mqbalance.contract import custom_path
 from mqbalance.kube import KubeClient
 from mqbalance.operator.settings import OperatorConfig

@@ -2,7 +2,7 @@
 
     python bench/bench_real_pods.py [--changes 60] [--starts 6]     # as root; see docs/real-node.md
 
-Starts a real node (kubelet, containerd, kube-proxy: harness.node.RealNode), installs the Helm
+Starts a real node (kubelet, containerd, kube-proxy: harness.node.cluster.RealNode), installs the Helm
 chart with the locally built image and runs the example consumer Deployment (4 pods, each an
 app container beside the mqbalance sidecar; the group with ``debounceSeconds: 0``). Then it
 flips consumer pods' readiness through their real readiness probe (``kubectl exec ... touch
@@ -36,9 +36,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import Arrivals, Watch, generation_of, machine, percentile, rss_mib, table
-from harness import node_host
-from harness.node import RealNode, ensure_images
-from harness.node_workload import (
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.images import ensure_images
+from harness.node.workload import (
     GROUP,
     NAMESPACE,
     apply,
@@ -106,9 +107,9 @@ def new_ready(node: RealNode, before: set[str]) -> bool:
 def node_rss(node: RealNode) -> dict[str, float]:
     """Resident MiB of each node component, and of the pods' processes by kind (summed)."""
     out = {name: rss_mib(pid) for name, pid in node.pids.items()}
-    shims = node_host.shim_pids()
+    shims = host.shim_pids()
     kinds: dict[str, list[float]] = {"containerd shims": [rss_mib(pid) for pid in shims]}
-    for pid in node_host.pod_pids():
+    for pid in host.pod_pids():
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -177,8 +178,10 @@ def main() -> int:
             f"/api/v1/namespaces/{NAMESPACE}/configmaps",
             {"metadata": {"name": FLOOR}, "data": {"n": "0"}},
         )
-        cm_watch = Watch(node, f"/api/v1/namespaces/{NAMESPACE}/configmaps", on_configmap)
-        pod_watch = Watch(node, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod, labelSelector=f"app={GROUP}")
+        cm_watch = Watch(node.control_plane, f"/api/v1/namespaces/{NAMESPACE}/configmaps", on_configmap)
+        pod_watch = Watch(
+            node.control_plane, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod, labelSelector=f"app={GROUP}"
+        )
         cm_watch.start()
         pod_watch.start()
         app = AppLog(node, observer, arrivals, offset)

@@ -48,8 +48,9 @@ from bench.common import (
     set_ready,
     table,
 )
-from harness.kubeapi import KubeApi
-from harness.processes import OperatorProcess, SidecarProcess
+from harness.apps.operator import OperatorProcess
+from harness.apps.sidecar import SidecarProcess
+from harness.kube.api import KubeApi
 
 NS = "latency"
 ZONES = ("zone-a", "zone-b", "zone-c")

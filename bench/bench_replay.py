@@ -54,7 +54,7 @@ from mqbalance.pipeline.replay import CANDIDATE_LABELS, replay_group
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from harness.spark_cluster import SparkCluster
+    from harness.spark.cluster import SparkCluster
 
 MODES = ("single", "local1", "local2", "standalone")
 MASTERS = {"local1": "local[1]", "local2": "local[2]"}
@@ -317,7 +317,7 @@ def tail(path: Path, lines: int = 30) -> str:
 def start_driver(
     mode: str, churn: synthetic.Churn, workdir: Path, args: argparse.Namespace, cluster: SparkCluster | None
 ) -> SparkSide:
-    from harness.spark_cluster import JAVA_OPTS, processes_in_groups
+    from harness.spark.cluster import JAVA_OPTS, processes_in_groups
 
     if mode == "standalone":
         assert cluster is not None
@@ -556,7 +556,7 @@ def main() -> int:
     loads: list[float] = [os.getloadavg()[0]]
     try:
         if "standalone" in args.modes:
-            from harness.spark_cluster import SparkCluster
+            from harness.spark.cluster import SparkCluster
 
             start = time.perf_counter()
             cluster = SparkCluster(workdir / "cluster", workers=args.workers).start()

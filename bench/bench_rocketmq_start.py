@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import table
-from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, RocketMQ
+from harness.rocketmq.releases import DEFAULT_VERSION, LEGACY_VERSION
+from harness.rocketmq.server import RocketMQ
 
 
 def rss_mb(pid: int) -> float:

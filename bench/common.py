@@ -1,6 +1,6 @@
 """Shared helpers of the benchmarks that run against the local control plane.
 
-A bench starts a :class:`~harness.cluster.LocalCluster`, runs the operator
+A bench starts a :class:`~harness.kube.cluster.LocalCluster`, runs the operator
 (and sidecars) as subprocesses the way they run in pods, and watches ConfigMaps with
 a raw HTTP watch (no model classes: the observer should cost the two shared cores as
 little as possible). Tables are printed as Markdown so they paste into
@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from harness import polling
-from harness.cluster import LocalCluster
-from harness.kubeapi import ApiError, KubeApi
-from harness.processes import SidecarProcess
+from harness.apps.sidecar import SidecarProcess
+from harness.kube.api import ApiError, KubeApi
+from harness.kube.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "mqbalance.io", "v1alpha1"

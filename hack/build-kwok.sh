@@ -4,7 +4,7 @@
 # with the machine's Go: `go install sigs.k8s.io/kwok/cmd/kwok@VERSION` through the Go module
 # proxy, into the per-user cache beside the control plane, with the release's own "fast" Stages
 # (node-initialize, pod-ready, pod-delete from its kustomize/stage/) in stages.yaml beside it: the
-# kwok binary plays no Stage it is not given. bench/bench_fleet.py and harness/kwok.py run it;
+# kwok binary plays no Stage it is not given. bench/bench_fleet.py and harness/kube/kwok.py run it;
 # see docs/scale.md.
 #
 # Idempotent: the binary lives in a per-user cache outside the repository with a stamp of the

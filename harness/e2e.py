@@ -16,7 +16,7 @@ Variants (``VARIANTS``):
 
 - ``rocketmq``: plain push consumers, RocketMQ's own client-side rebalance (AVG);
 - ``mqbalance``: the same consumers with ``SidecarPushConsumer``; every member is a pod acted out
-  on the local control plane (``harness.kubelet``) with its own sidecar, and the real operator
+  on the local control plane (``harness.kube.kubelet``) with its own sidecar, and the real operator
   assigns the queues (STICKY by default).
 
 - ``mqbalance-handover``: the same with ``spec.handover`` Release (revoke, release, then assign),
@@ -38,6 +38,7 @@ members, and how long it went unconsumed (``harness.e2e_moves``).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import itertools
 import json
@@ -54,15 +55,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness import kubelet, polling
-from harness.cluster import LocalCluster
+from harness import polling
+from harness.apps.operator import OperatorProcess
+from harness.apps.sidecar import SidecarProcess
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
-from harness.kubeapi import KubeApi
-from harness.processes import ManagedProcess, OperatorProcess, SidecarProcess
-from harness.rocketmq import CURRENT_VERSION, DEFAULT_VERSION, RocketMQ, is_5x, topic_resource
+from harness.kube import kubelet
+from harness.kube.api import KubeApi
+from harness.kube.cluster import LocalCluster
+from harness.paths import REPO
+from harness.processes.managed import ManagedProcess
+from harness.rocketmq.releases import CURRENT_VERSION, DEFAULT_VERSION, is_5x
+from harness.rocketmq.resources import topic_resource
+from harness.rocketmq.server import RocketMQ
 from mqbalance.journal import JournalRecord
 
-REPO = Path(__file__).resolve().parents[1]
 JAVA_MODULE = REPO / "clients" / "java"
 NAMESPACE = "e2e"
 TOPIC = "e2e"
@@ -280,7 +286,7 @@ def _json(doc: Any) -> str:
 # -- variants -----------------------------------------------------------------------------------
 
 
-class Variant:
+class Variant(abc.ABC):
     """One way of balancing the group's consumers; members are numbered 0, 1, 2..."""
 
     name: ClassVar[str]
@@ -296,28 +302,28 @@ class Variant:
         """Consumer names that left the group cleanly while the script ran (not at the end), and
         when (unix time) their leaving began."""
 
+    @abc.abstractmethod
     def member(self, i: int) -> str:
         """Member ``i``'s consumer name (its pod's name), as the journal and the records name it."""
-        raise NotImplementedError
 
     def language(self, i: int) -> str:
         """Member ``i``'s client: ``java`` (clients/java's E2eConsumer) or ``go`` (clients/go's)."""
         return "java"
 
-    def setup(self) -> None:
+    def setup(self) -> None:  # noqa: B027 (a hook: most variants need nothing before the first member)
         """Before the first member starts."""
 
-    def join(self, i: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def join(self, i: int) -> None: ...
 
-    def kill(self, i: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def kill(self, i: int) -> None: ...
 
-    def leave(self, i: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def leave(self, i: int) -> None: ...
 
-    def stop_all(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop_all(self) -> None: ...
 
 
 class RocketMQVariant(Variant):

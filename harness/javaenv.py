@@ -8,7 +8,7 @@ one JSON line from its stdout::
      "assignmentFiles": {"GROUP": "PATH", ...}, "topics": {"TOPIC": QUEUES_PER_BROKER},
      "acl": {"version": "5.3.3", "namesrv": ..., "brokers": {...}, "accessKey": ..., "secretKey": ...}}
 
-With ``--acl-version`` a second RocketMQ of that release runs with ACL on (``harness.rocketmq.Acl``),
+With ``--acl-version`` a second RocketMQ of that release runs with ACL on (``harness.rocketmq.acl.Acl``),
 one broker ``ACL_BROKER`` holding the ``--acl-topic`` topics; the same sidecars serve its groups.
 
 Every topic exists on both brokers and as a Topic resource (so the sidecars can select queues
@@ -35,11 +35,15 @@ from pathlib import Path
 from types import FrameType
 
 from harness import polling
-from harness.cluster import LocalCluster
-from harness.processes import ManagedProcess, free_port
-from harness.rocketmq import DEFAULT_VERSION, Acl, RocketMQ, topic_resource
+from harness.kube.cluster import LocalCluster
+from harness.paths import REPO
+from harness.processes.managed import ManagedProcess
+from harness.processes.net import free_port
+from harness.rocketmq.acl import Acl
+from harness.rocketmq.releases import DEFAULT_VERSION
+from harness.rocketmq.resources import topic_resource
+from harness.rocketmq.server import RocketMQ
 
-REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "java-it"
 BROKERS = ("broker-a", "broker-b")
 ACL_BROKER = "broker-acl"

@@ -48,7 +48,7 @@ func startEnv(t *testing.T) *env {
 	if v := os.Getenv("MQBALANCE_ROCKETMQ_VERSION"); v != "" {
 		args = append(args, "--version", v)
 	} else {
-		args = append(args, "--version", "5.5.0") // harness.rocketmq.CURRENT_VERSION
+		args = append(args, "--version", "5.5.0") // harness.rocketmq.releases.CURRENT_VERSION
 	}
 	cmd := exec.Command(python, args...)
 	cmd.Dir = repo

@@ -258,20 +258,3 @@ def pod_patch(pod: Mapping[str, Any], settings: SidecarSettings) -> list[dict[st
     elif labels.get(POD_LABEL) != "true":
         ops.append({"op": "add", "path": f"/metadata/labels/{_escape(POD_LABEL)}", "value": "true"})
     return ops
-
-
-def apply_patch(document: Any, ops: list[dict[str, Any]]) -> Any:
-    """Apply the ``add`` operations :func:`pod_patch` emits to a copy of ``document`` (tests, docs)."""
-    result = json.loads(json.dumps(document))
-    for op in ops:
-        if op["op"] != "add":
-            raise ValueError(f"unsupported operation {op['op']!r}")
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        node = result
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if isinstance(node, list):
-            node.append(op["value"]) if last == "-" else node.insert(int(last), op["value"])
-        else:
-            node[last] = op["value"]
-    return result

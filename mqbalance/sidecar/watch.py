@@ -30,7 +30,6 @@ from mqbalance.contract import (
     read_topic,
 )
 from mqbalance.kube import ApiError, Informer, Key, KubeClient, LeaseLock
-from mqbalance.model import TopicRoute
 from mqbalance.sidecar.state import SidecarState
 
 log = logging.getLogger(__name__)
@@ -285,24 +284,3 @@ class FilesSource:
         async with asyncio.TaskGroup() as tasks:
             for group, path in self._files.items():
                 tasks.create_task(FileSource(group, path, self._interval).run(state))
-
-
-class MemorySource:
-    """Documents and routes handed over in-process: for tests and embedding."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
-
-    def publish(self, group: str, doc: AssignmentDocument) -> None:
-        self._queue.put_nowait(("publish", group, doc))
-
-    def put_route(self, resource: str, route: TopicRoute) -> None:
-        self._queue.put_nowait(("route", resource, route))
-
-    async def run(self, state: SidecarState) -> None:
-        while True:
-            action, key, value = await self._queue.get()
-            if action == "publish":
-                state.publish(key, value)
-            else:
-                state.put_route(key, value)

@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from harness.cluster import LocalCluster
-from harness.processes import SidecarProcess
+from harness.apps.sidecar import SidecarProcess
+from harness.kube.cluster import LocalCluster
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]

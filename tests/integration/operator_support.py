@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, configmap_name
 

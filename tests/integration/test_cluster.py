@@ -20,9 +20,9 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 import mqbalance
-from harness import kubelet
-from harness.cluster import LocalCluster
-from harness.kubeapi import KubeApi
+from harness.kube import kubelet
+from harness.kube.api import KubeApi
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 
 # Any one step's allowance on an unloaded machine; each use stretches it for the machine's load
@@ -304,7 +304,16 @@ def test_cli_up_prints_kubeconfig_and_stops_on_ctrl_c(cluster: LocalCluster, tmp
     stderr_path = tmp_path / "up.stderr"
     with stderr_path.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cluster", "up", "--dir", str(workdir), "--k8s", cluster.version],
+            [
+                sys.executable,
+                "-m",
+                "harness.kube.cluster",
+                "up",
+                "--dir",
+                str(workdir),
+                "--k8s",
+                cluster.version,
+            ],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

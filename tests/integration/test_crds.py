@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from tests.integration.reliability.corpus import MACHINE_ROOM_NEEDS_IDCS, VALUES_NEEDED
 
 GROUP, VERSION = "mqbalance.io", "v1alpha1"

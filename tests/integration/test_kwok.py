@@ -1,4 +1,4 @@
-"""kwok beside the local cluster (harness/kwok.py): fake nodes and pods turn Ready without kubelets,
+"""kwok beside the local cluster (harness/kube/kwok.py): fake nodes and pods turn Ready without kubelets,
 and the operator publishes a group of them with their nodes' zones. The harness the fleet bench
 (bench/bench_fleet.py) stands on, kept small: 3 nodes, 6 pods, 1 group."""
 
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import K8S_VERSION_ENV, LocalCluster
-from harness.kwok import Kwok, condition_true, node_body, pod_body, zone_of
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
+from harness.kube.kwok import Kwok, condition_true, node_body, pod_body, zone_of
+from harness.kube.versions import K8S_VERSION_ENV
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from tests.integration.operator_support import apply_group, apply_topic, read_document
 
 ZONES = ("zone-a", "zone-b", "zone-c")

@@ -3,7 +3,7 @@
     python -m tests.mutation.operator_mutant MUTANT -- OPERATOR-ARGS...
 
 is ``mqbalance operator OPERATOR-ARGS...`` (the same ``main``, arguments and exit status) with
-MUTANT's monkeypatches in place first. ``harness.processes.OperatorProcess`` runs this instead of
+MUTANT's monkeypatches in place first. ``harness.apps.operator.OperatorProcess`` runs this instead of
 the product when ``$MQBALANCE_TEST_MUTANT`` names a mutant.
 """
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import MUTANT_ENV
+from harness.apps.argv import MUTANT_ENV
 from tests.mutation.mutants import MUTANTS
 
 pytestmark = pytest.mark.mutation

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import node_host
-from harness.node import NODE_IP, Images, RealNode, ensure_images, unavailable
-from harness.node_workload import GROUP, NAMESPACE, apply_example_consumers, install_chart, rollout_status
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.images import Images, ensure_images
+from harness.node.requirements import unavailable
+from harness.node.specs import NODE_IP
+from harness.node.workload import GROUP, NAMESPACE, apply_example_consumers, install_chart, rollout_status
 
 _HERE = Path(__file__).resolve().parent
 
@@ -53,7 +56,7 @@ def node(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
     real = RealNode(tmp_path_factory.mktemp("node"), images=images)
     with real:
         yield real
-    left = node_host.leftovers(NODE_IP, [real.containerd_root])
+    left = host.leftovers(NODE_IP, [real.containerd_root])
     assert left == [], f"the node left these behind: {left}"
 
 

@@ -1,4 +1,4 @@
-"""Assertions of the real-pod tests; the workload helpers are in harness/node_workload.py."""
+"""Assertions of the real-pod tests; the workload helpers are in harness/node/workload.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from harness.node import RealNode
-from harness.node_workload import EXAMPLES, assignment, save_journal, sidecar_view
+from harness.node.cluster import RealNode
+from harness.node.workload import EXAMPLES, assignment, save_journal, sidecar_view
 from harness.polling import wait_for
 from mqbalance.contract import AssignmentDocument, read_topic
 from mqbalance.model import MessageQueue

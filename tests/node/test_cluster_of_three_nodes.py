@@ -1,5 +1,5 @@
 """Three real nodes in zones a, b and c, each in a network namespace of its own, and the faults of
-harness/netfault.py: a node cut off from the API server goes NotReady while its pods keep running
+harness/faults/netfault.py: a node cut off from the API server goes NotReady while its pods keep running
 and serving, and comes back when healed; a killed kubelet, a paused container; teardown leaves
 nothing behind.
 
@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 
-from harness import node_host
-from harness.netfault import Faults
-from harness.node import NODE_IP, Images, RealNode, containerd_roots, unavailable
-from harness.node_workload import (
+from harness.faults.netfault import Faults
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.images import Images
+from harness.node.requirements import unavailable
+from harness.node.specs import NODE_IP, containerd_roots
+from harness.node.workload import (
     GROUP,
     apply,
     apply_examples,
@@ -32,7 +35,7 @@ from harness.node_workload import (
     pods,
     wait_members,
 )
-from harness.node_workload import NAMESPACE as SHOP
+from harness.node.workload import NAMESPACE as SHOP
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
@@ -54,7 +57,7 @@ def cluster(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with real:
         print(f"three nodes Ready in {time.monotonic() - began:.1f} s: {real.timings}")
         yield real
-    left = node_host.leftovers(NODE_IP, containerd_roots())
+    left = host.leftovers(NODE_IP, containerd_roots())
     assert left == [], f"the cluster left these behind: {left}"
 
 
@@ -156,7 +159,7 @@ def test_three_nodes_are_ready_in_their_zones(cluster: RealNode) -> None:
         addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
         assert addresses["InternalIP"] == spec.ip
         assert cluster.node_ready(spec.name), node["status"]
-        assert spec.netns in node_host.node_netns()
+        assert spec.netns in host.node_netns()
     assert len({s.pod_subnet for s in cluster.specs}) == 3
 
 
@@ -369,9 +372,9 @@ def test_teardown_removes_namespaces_links_and_rules_also_with_faults_in_place(
     assert faults.rules("mqbalance-node-a")
     faults.pause(NAMESPACE, spread["mqbalance-node-c"]["metadata"]["name"], "web")
     cluster.stop()
-    assert node_host.node_netns() == []
-    assert node_host.node_links() == []
-    host_rules = node_host.run(["iptables-save"]).stdout
+    assert host.node_netns() == []
+    assert host.node_links() == []
+    host_rules = host.run(["iptables-save"]).stdout
     assert "MQBALANCE" not in host_rules
     assert "KUBE-" not in host_rules
-    assert node_host.leftovers(NODE_IP, containerd_roots()) == []
+    assert host.leftovers(NODE_IP, containerd_roots()) == []

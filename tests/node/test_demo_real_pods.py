@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import node_host
-from harness.node import NODE_IP, Images
+from harness.node import host
+from harness.node.images import Images
+from harness.node.specs import NODE_IP
 from tests.integration.test_demo import group_row, run_demo, section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,4 +68,4 @@ def test_demo_prints_the_group_and_tears_the_node_down(demo_output: str) -> None
     assert group_row(lines) == ["orders-consumer", "STICKY", "4"]
     assert "==> tearing the node down (pods, containerd, iptables rules, bridge, mounts)" in lines
     assert lines[-1].startswith("==> done in ")
-    assert node_host.leftovers(NODE_IP) == []
+    assert host.leftovers(NODE_IP) == []

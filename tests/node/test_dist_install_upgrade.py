@@ -27,9 +27,12 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import node_host
-from harness.node import NODE_IP, Images, RealNode, images_manifest, unavailable
-from harness.node_workload import (
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.images import Images, images_manifest
+from harness.node.requirements import unavailable
+from harness.node.specs import NODE_IP
+from harness.node.workload import (
     GROUP,
     NAMESPACE,
     OPERATOR,
@@ -230,7 +233,7 @@ def node(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealN
         print(f"node Ready in {time.monotonic() - began:.1f} s")
         drop_release_images(real)  # the node's containerd root is a cache kept between runs
         yield real
-    left = node_host.leftovers(NODE_IP, [real.containerd_root])
+    left = host.leftovers(NODE_IP, [real.containerd_root])
     assert left == [], f"the node left these behind: {left}"
 
 

@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import node_host
-from harness.cluster import cache_dir
-from harness.node import NODE_IP, Images, bin_dir_for, default_version
+from harness.kube.versions import default_bin_dir
+from harness.node import host
+from harness.node.images import Images
+from harness.node.specs import NODE_IP
+from harness.paths import cache_dir
 from harness.polling import scaled, wait_for
-from harness.processes import process_files
+from harness.processes.procfs import process_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +37,7 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
         line = up.stdout.readline()
         assert line.startswith("export KUBECONFIG="), (tmp_path / "up.log").read_text()
         kubectl = [
-            str(bin_dir_for(default_version()) / "kubectl"),
+            str(default_bin_dir() / "kubectl"),
             "--kubeconfig",
             line.strip().split("=", 1)[1],
         ]
@@ -55,9 +57,9 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
         up.wait()
         log.close()
     roots = [cache_dir() / "node" / "containerd"]
-    markers = (str(tmp_path / "node"), str(node_host.RUN_ROOT / "config"))
+    markers = (str(tmp_path / "node"), str(host.RUN_ROOT / "config"))
     wait_for("the components gone with their owner", lambda: _components_gone(markers) or None, 30, 0.2)
-    found = node_host.leftovers(NODE_IP, roots)
+    found = host.leftovers(NODE_IP, roots)
     assert any("shims" in f for f in found), found
     assert any("mounts" in f for f in found), found
     assert any("iptables" in f for f in found), found
@@ -70,7 +72,7 @@ def test_a_killed_node_is_cleaned_up_by_down(images: Images, tmp_path: Path) -> 
     )
     assert down.returncode == 0, down.stderr
     assert "killed" in down.stdout
-    assert node_host.leftovers(NODE_IP, roots) == []
+    assert host.leftovers(NODE_IP, roots) == []
 
 
 def _components_gone(markers: tuple[str, ...]) -> bool:

@@ -3,19 +3,19 @@ fault at a time on three real nodes, each after a seeded random delay, with real
 scored from what the consumer apps say they processed and what reached the sink.
 
 RocketMQ (5.3.3; ``MQBALANCE_NEMESIS_ROCKETMQ`` picks another release) runs on the machine, its
-broker on an address of its own that the pods reach (harness/nemesis_mq.py), with topic ``orders``
+broker on an address of its own that the pods reach (harness/faults/nemesis_mq.py), with topic ``orders``
 of 12 queues. A producer on the machine sends keyed messages at a steady rate throughout (36 keys,
 one queue each, a sequence number per key in the body). Three groups consume the topic side by side,
 each with its own Deployment of one pod per zone: ``orders-consumer`` with handover ``Release`` and
 ``orders-orderly`` with ``Orderly`` (whose apps also hold RocketMQ's broker lock on a queue while
 they consume it, as an orderly consumer does), both with a short lease, and ``orders-rebalance``, no
 sidecar, rebalancing as RocketMQ's own clients do (the baseline, checked only for losses). Each
-mqbalance pod's app (harness/consumer_app.py) pulls its sidecar's queues from the broker only under
+mqbalance pod's app (harness/apps/consumer_app.py) pulls its sidecar's queues from the broker only under
 a valid grant, reports every message it processed to a collector on the machine, commits forward
 only and records its processing intervals; a scraper thread reads every app's intervals through the
 pod's own loopback (entered from the machine: a partitioned node's pods cannot be reached through
 the API server), and a watcher keeps every published generation of each group. Per fault and group,
-``harness.nemesis`` scores the round: overlapping owners, the longest time a queue went unprocessed,
+``harness.faults.nemesis`` scores the round: overlapping owners, the longest time a queue went unprocessed,
 how long the operator took to revoke the victims' queues and the part of the gap after that against
 ``leaseSeconds + leaseMarginSeconds + 2 x the one-step latency``; and the messages: lost, duplicates
 by cause, per-key order violations, the longest a message waited. The one-step latency is measured
@@ -25,10 +25,10 @@ in the first round, a plain readiness flip with no fault.
 default 1) vary the run; the seed and every delay are printed. ``MQBALANCE_NEMESIS_FAULTS`` picks
 faults by key (comma-separated: partition, partition-broker, sigstop, kubelet, force-delete,
 api-restart, operator-partition, broker-restart, sigkill). ``MQBALANCE_NEMESIS_APP_IGNORES_GRANT=1``
-runs apps that ignore the grant (harness/consumer_app.py): the test must then fail with two owners
+runs apps that ignore the grant (harness/apps/consumer_app.py): the test must then fail with two owners
 and duplicates.
 
-At the end the operator's journal is replayed (``harness.nemesis_replay``): the queues each candidate
+At the end the operator's journal is replayed (``harness.faults.nemesis_replay``): the queues each candidate
 strategy would have moved in each round; with ``MQBALANCE_KEEP_JOURNAL=DIR`` the operator's log is
 kept there too (docs/pipeline.md, "Real journals").
 """
@@ -51,10 +51,14 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import nemesis, nemesis_mq, nemesis_replay, node_host
-from harness.netfault import FaultError, Faults
-from harness.node import NODE_IP, Images, RealNode, containerd_roots, unavailable
-from harness.node_workload import (
+from harness.faults import nemesis, nemesis_mq, nemesis_replay
+from harness.faults.netfault import FaultError, Faults
+from harness.node import host
+from harness.node.cluster import RealNode
+from harness.node.images import Images
+from harness.node.requirements import unavailable
+from harness.node.specs import NODE_IP, containerd_roots
+from harness.node.workload import (
     EXAMPLES,
     GROUP,
     NAMESPACE,
@@ -68,7 +72,8 @@ from harness.node_workload import (
     pods,
 )
 from harness.polling import scaled, wait_for
-from harness.rocketmq import topic_resource
+from harness.rocketmq.resources import topic_resource
+from harness.rocketmq.server import RocketMQ
 from mqbalance.contract import AssignmentDocument
 from tests.node.node_support import keep_journal
 
@@ -115,7 +120,7 @@ def cluster(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         pytest.fail(f"three real nodes cannot run here: {reason}")
     with RealNode(tmp_path_factory.mktemp("nemesis"), images=images, nodes=3) as real:
         yield real
-    left = node_host.leftovers(NODE_IP, containerd_roots())
+    left = host.leftovers(NODE_IP, containerd_roots())
     assert left == [], f"the cluster left these behind: {left}"
 
 
@@ -292,7 +297,7 @@ class Nemesis:
         cluster: RealNode,
         faults: Faults,
         rng: random.Random,
-        mq: nemesis_mq.NemesisRocketMQ,
+        mq: RocketMQ,
         collector: nemesis_mq.Collector,
         producer: nemesis_mq.Producer,
     ) -> None:
@@ -572,7 +577,7 @@ class Nemesis:
 
     def broker_restart(self, one: Round, docs: dict[str, AssignmentDocument]) -> float:
         """The broker stopped gracefully and started again on its store; the producer retries."""
-        self.mq.restart_broker()
+        self.mq.restart_broker(nemesis_mq.BROKER)
         return time.time()
 
     def sigkill(self, one: Round, docs: dict[str, AssignmentDocument]) -> float:
@@ -636,7 +641,7 @@ def consumer_group(name: str, mode: str) -> dict[str, Any]:
         "leaseMarginSeconds": MARGIN,
     }
     if mode == "Orderly":
-        # The broker's lock lifetime (NemesisRocketMQ's lock_ms): the override waits no longer than
+        # The broker's lock lifetime (nemesis_rocketmq's lock_ms): the override waits no longer than
         # for Release, so both groups have the same bound.
         group["spec"]["handover"]["brokerLockSeconds"] = int(LEASE + MARGIN)
     return group
@@ -709,7 +714,7 @@ def run_suite(
     with contextlib.ExitStack() as stack:
         stack.enter_context(nemesis_mq.loopback_address(nemesis_mq.BROKER_IP))
         stack.enter_context(nemesis_mq.loopback_address(nemesis_mq.COLLECTOR_IP))
-        mq = stack.enter_context(nemesis_mq.NemesisRocketMQ(VERSION, lock_ms=int((LEASE + MARGIN) * 1000)))
+        mq = stack.enter_context(nemesis_mq.nemesis_rocketmq(VERSION, lock_ms=int((LEASE + MARGIN) * 1000)))
         mq.create_topic(TOPIC, QUEUE_COUNT)
         collector = stack.enter_context(nemesis_mq.collecting())
         broker = mq.broker_addr(nemesis_mq.BROKER)

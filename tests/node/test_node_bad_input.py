@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.node import RealNode
-from harness.node_workload import (
+from harness.node.cluster import RealNode
+from harness.node.workload import (
     EXAMPLES,
     GROUP,
     NAMESPACE,

@@ -4,7 +4,7 @@ while lag builds and back down once it drains, never above the queue count, ever
 handover with no message consumed twice.
 
 RocketMQ 4.9.7 runs on the machine and advertises the node's address (4.9.x binds the wildcard
-address, so pods reach it there). Every consumer pod runs harness/lag_consumer_app.py: it pulls its
+address, so pods reach it there). Every consumer pod runs harness/apps/lag_consumer_app.py: it pulls its
 sidecar's queues, spends DELAY_MS a message, reports each batch to a collector on the node's address
 and commits it.
 """
@@ -20,15 +20,15 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import rocketmq as rmq
-from harness.broker_client import SEND_MESSAGE, pod_app_command, read_exactly
-from harness.node import NODE_IP, Images, RealNode
-from harness.node_workload import (
+from harness.apps.pods import LAG_CONSUMER_APP, pod_app_command
+from harness.node.cluster import RealNode
+from harness.node.images import Images
+from harness.node.specs import NODE_IP
+from harness.node.workload import (
     CHART,
     NAMESPACE,
     RELEASE,
@@ -42,7 +42,9 @@ from harness.node_workload import (
     rollout_status,
 )
 from harness.polling import scaled, wait_for, work_timeout
-from harness.processes import serving_in_thread
+from harness.processes.net import serving_in_thread
+from harness.rocketmq.broker_client import SEND_MESSAGE, read_exactly
+from harness.rocketmq.server import RocketMQ
 from mqbalance.rocketmq.remoting import decode_payload, encode, frame_length, request
 
 NAME = "lag-consumer"
@@ -52,18 +54,12 @@ DELAY_MS = 20
 """A member consumes about 1000 / DELAY_MS = 50 messages a second."""
 RATE = 150
 """Messages a second produced while lag builds: three members' worth, so one member falls behind."""
-APP = Path(__file__).resolve().parents[2] / "harness" / "lag_consumer_app.py"
 
 
-class NodeRocketMQ(rmq.RocketMQ):
+def node_rocketmq() -> RocketMQ:
     """RocketMQ whose Broker registers with the node's address (``brokerIP1``), so that the route the
     operator's pod reads leads there; everything on the machine talks to it there too."""
-
-    def __init__(self) -> None:
-        super().__init__("4.9.7", broker_config={"brokerIP1": NODE_IP})
-
-    def broker_addr(self, name: str) -> str:
-        return f"{NODE_IP}:{self.broker_ports[name]}"
+    return RocketMQ("4.9.7", broker_host=NODE_IP)
 
 
 class Collector(ThreadingHTTPServer):
@@ -179,7 +175,7 @@ def consumers(images: Images, broker: str, collector: str) -> dict[str, Any]:
     pod["terminationGracePeriodSeconds"] = 30  # above the drain: the queues are handed over first
     containers = {c["name"]: c for c in pod["containers"]}
     app, sidecar = containers["app"], containers["mqbalance-sidecar"]
-    app["command"] = pod_app_command(APP)
+    app["command"] = pod_app_command(LAG_CONSUMER_APP)
     app.pop("readinessProbe", None)
     app.pop("ports", None)
     env = {
@@ -297,7 +293,7 @@ def test_hpa_scales_consumers_up_by_lag_and_down_once_drained(
         return dict(group_status(node, NAMESPACE, NAME).get("lag") or {})
 
     with (
-        NodeRocketMQ() as mq,
+        node_rocketmq() as mq,
         serving_in_thread(Collector(), "collector") as collector,
         scaling_release(node),
     ):

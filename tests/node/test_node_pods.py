@@ -7,8 +7,10 @@ import itertools
 import json
 import time
 
-from harness.node import NODE_IP, SERVICE_IP, RealNode
-from harness.node_workload import (
+from harness.kube.profile import SERVICE_IP
+from harness.node.cluster import RealNode
+from harness.node.specs import NODE_IP
+from harness.node.workload import (
     GROUP,
     NAMESPACE,
     OPERATOR,

@@ -1,17 +1,17 @@
 """The chart's alerts on a real Prometheus scraping the real operator and sidecars: the operator
 gone fires MqbalanceOperatorAbsent, a group with queues and no member fires MqbalanceGroupDegraded,
 and both resolve. The rules are the chart's file with each alert's ``for`` cut to a few seconds
-(harness.prometheus.rules_with_short_waits); the expressions are the ones shipped."""
+(harness.node.prometheus.rules_with_short_waits); the expressions are the ones shipped."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from harness.node import RealNode
-from harness.node_workload import NAMESPACE, OPERATOR, RELEASE_NAMESPACE, apply, rollout_status
+from harness.node.cluster import RealNode
+from harness.node.prometheus import Prometheus, rules_with_short_waits
+from harness.node.workload import NAMESPACE, OPERATOR, RELEASE_NAMESPACE, apply, rollout_status
 from harness.polling import wait_for
-from harness.prometheus import Prometheus, rules_with_short_waits
 
 PROBE_GROUP = "nobody-home"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import spark_k8s
-from harness.node import RealNode
-from harness.node_workload import CHART, RELEASE, RELEASE_NAMESPACE, helm, operator_pod
+from harness.node.cluster import RealNode
+from harness.node.workload import CHART, RELEASE, RELEASE_NAMESPACE, helm, operator_pod
 from harness.polling import scaled
+from harness.spark import k8s as spark_k8s
 from mqbalance.journal import KIND
 
 # The driver's JVM and Python, two executors' JVMs, the pods' starts: about 25 CPU-seconds at

@@ -15,7 +15,7 @@ from bench.bench_fleet import (
     parse_labels,
     place_pods,
 )
-from harness.kwok import FAKE_NODE_ANNOTATION, ZONE_LABEL, node_body, pod_body, zone_of
+from harness.kube.kwok import FAKE_NODE_ANNOTATION, ZONE_LABEL, node_body, pod_body, zone_of
 
 
 def test_place_pods_spreads_each_group_over_consecutive_nodes() -> None:

@@ -1,4 +1,4 @@
-"""harness.broker_client: the broker connection of the pod apps, and how it reaches their pods."""
+"""harness.rocketmq.broker_client: the broker connection of the pod apps, and how it reaches their pods."""
 
 from __future__ import annotations
 
@@ -12,19 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker_client import (
+from harness.apps.pods import CONSUMER_APP, LAG_CONSUMER_APP, pod_app_command
+from harness.rocketmq.broker_client import (
     PULL_OFFSET_MOVED,
     QUERY_NOT_FOUND,
     Broker,
     BrokerError,
     OffsetMoved,
-    pod_app_command,
     read_exactly,
 )
 from mqbalance.rocketmq.remoting import FLAG_RESPONSE, RemotingCommand, decode_payload, encode, frame_length
 
-HARNESS = Path(__file__).resolve().parents[2] / "harness"
-POD_APPS = ("consumer_app.py", "lag_consumer_app.py")
+POD_APPS = (CONSUMER_APP, LAG_CONSUMER_APP)
 
 Answer = Callable[[RemotingCommand], list[RemotingCommand]]
 
@@ -99,7 +98,7 @@ def test_the_pod_command_gives_the_app_the_module_where_the_harness_is_not(tmp_p
     app = tmp_path / "app.py"
     app.write_text(
         "from __future__ import annotations\n"
-        "from harness.broker_client import Broker\n"
+        "from harness.rocketmq.broker_client import Broker\n"
         "def main() -> None:\n"
         "    print(Broker.__module__, Broker('127.0.0.1:1').timeout)\n"
         "if __name__ == '__main__':\n"
@@ -111,7 +110,7 @@ def test_the_pod_command_gives_the_app_the_module_where_the_harness_is_not(tmp_p
         [sys.executable, *command[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "harness.broker_client 2.0\n"
+    assert result.stdout == "harness.rocketmq.broker_client 2.0\n"
 
 
 def harness_imports(source: str) -> set[str]:
@@ -119,13 +118,13 @@ def harness_imports(source: str) -> set[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module == "harness":
-            found |= {f"harness.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module in ("harness", "harness.rocketmq"):
+            found |= {f"{node.module}.{a.name}" for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             found.add(node.module or "")
     return {m for m in found if m.split(".")[0] == "harness"}
 
 
-@pytest.mark.parametrize("app", POD_APPS)
-def test_the_pod_apps_import_no_other_harness_module(app: str) -> None:
-    assert harness_imports((HARNESS / app).read_text()) == {"harness.broker_client"}
+@pytest.mark.parametrize("app", POD_APPS, ids=lambda app: app.name)
+def test_the_pod_apps_import_no_other_harness_module(app: Path) -> None:
+    assert harness_imports(app.read_text()) == {"harness.rocketmq.broker_client"}

@@ -1,4 +1,4 @@
-"""Choosing the local control plane's Kubernetes version (harness.cluster, the build scripts)."""
+"""Choosing the local control plane's Kubernetes version (harness.kube.versions, the build scripts)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import cluster
-from harness.cluster import (
+from harness.kube.cluster import LocalCluster
+from harness.kube.errors import ClusterError
+from harness.kube.versions import (
     CURRENT_K8S_VERSION,
     K8S_VERSION_ENV,
     LEGACY_K8S_VERSION,
-    ClusterError,
-    LocalCluster,
     default_bin_dir,
     resolve_version,
 )
+from harness.paths import cache_dir
 
 HACK = Path(__file__).resolve().parents[2] / "hack"
 
@@ -89,7 +89,7 @@ def test_build_script_and_harness_agree_on_the_cache_layout(
         env={**os.environ, "MQBALANCE_CACHE": str(tmp_path)},
     )
     assert Path(out.stdout.strip()) == default_bin_dir(requested)
-    assert default_bin_dir(requested).parent.parent == tmp_path == cluster.cache_dir()
+    assert default_bin_dir(requested).parent.parent == tmp_path == cache_dir()
 
 
 def test_build_scripts_refuse_unknown_versions(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness import demo_report
+from harness.demo import report as demo_report
 from mqbalance.contract import AssignmentDocument
 from mqbalance.model import MessageQueue
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from harness.cluster import default_bin_dir
+from harness.kube.versions import default_bin_dir
 from mqbalance import buildinfo
 from mqbalance.operator.metrics import Leadership, OperatorMetrics
 from mqbalance.sidecar.metrics import SidecarMetrics

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import WorkDir
+from harness.processes.workdir import WorkDir
 
 
 class NotStarted(RuntimeError):

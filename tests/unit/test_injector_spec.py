@@ -23,13 +23,13 @@ from mqbalance.injector.spec import (
     ZONE_ANNOTATION,
     Refused,
     SidecarSettings,
-    apply_patch,
     parse_groups,
     pod_patch,
     sidecar_container,
 )
 from mqbalance.listener_limits import parse_hosts
 from mqbalance.sidecar.config import parse_config
+from tests.unit.injector_support import apply_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 

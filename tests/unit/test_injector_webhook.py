@@ -12,8 +12,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.injector.spec import CONTAINER_NAME, GROUP_ANNOTATION, SidecarSettings, apply_patch
+from mqbalance.injector.spec import CONTAINER_NAME, GROUP_ANNOTATION, SidecarSettings
 from mqbalance.injector.webhook import create_app
+from tests.unit.injector_support import apply_patch
 
 
 def review(obj: Any, operation: str = "CREATE", kind: str = "Pod") -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""The nemesis journal's replay per round (harness.nemesis_replay) on a planted journal."""
+"""The nemesis journal's replay per round (harness.faults.nemesis_replay) on a planted journal."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from harness.nemesis_replay import SET_UP, RoundMoves, moves_table, round_moves
+from harness.faults.nemesis_replay import SET_UP, RoundMoves, moves_table, round_moves
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec
 

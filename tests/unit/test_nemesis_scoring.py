@@ -1,4 +1,4 @@
-"""The nemesis suite's owner-side scoring (harness.nemesis) on planted overlaps and gaps."""
+"""The nemesis suite's owner-side scoring (harness.faults.nemesis) on planted overlaps and gaps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.nemesis import (
+from harness.faults.nemesis import (
     Batch,
     CutRun,
     FaultScore,

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.rocketmq import MqadminError, RocketMQ
+from harness.rocketmq.releases import MqadminError
+from harness.rocketmq.server import RocketMQ
 
 HEADER = "#Broker Name                      #QID  #Send Result            #RT"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import ensure_binaries
+from harness.kube.binaries import ensure_binaries
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 
 REPO = Path(__file__).resolve().parents[3]

@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.cluster import LocalCluster
-from harness.kubelet import create_node, start_pods
+from harness.apps.argv import mqbalance_argv
+from harness.kube.cluster import LocalCluster
+from harness.kube.kubelet import create_node, start_pods
 from harness.polling import wait_for
-from harness.processes import ManagedProcess, free_port, mqbalance_argv
+from harness.processes.managed import ManagedProcess
+from harness.processes.net import free_port
 from mqbalance.contract import AssignmentDocument, configmap_name
 from mqbalance.journal import JournalRecord
 from mqbalance.operator.shards import ROLE_LABEL, SHARD_SET_LABEL, member_lease_name, shard_of

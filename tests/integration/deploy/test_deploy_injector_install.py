@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from harness.cluster import LocalCluster
-from harness.kubelet import create_pod
+from harness.apps.argv import mqbalance_argv
+from harness.kube.cluster import LocalCluster
+from harness.kube.kubelet import create_pod
 from harness.polling import wait_for
-from harness.processes import ManagedProcess, free_port, mqbalance_argv
+from harness.processes.managed import ManagedProcess
+from harness.processes.net import free_port
 from mqbalance.contract import configmap_name
 from tests.integration.deploy.deploy_support import (
     CHART,

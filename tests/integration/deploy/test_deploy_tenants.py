@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from harness.cluster import LocalCluster
-from harness.kubeapi import KubeApi
-from harness.kubelet import create_pod
+from harness.kube.api import KubeApi
+from harness.kube.cluster import LocalCluster
+from harness.kube.kubelet import create_pod
 from harness.polling import wait_for
 from mqbalance.contract import MANAGED_BY, member_lease_name, releases_configmap_name
 from tests.integration.deploy.deploy_support import GROUP, installed, service_account_kubeconfig

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cluster import K8S_VERSION_ENV
+from harness.kube.versions import K8S_VERSION_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 

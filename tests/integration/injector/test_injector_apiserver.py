@@ -22,9 +22,11 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from harness.cluster import LocalCluster
+from harness.apps.argv import cluster_env, mqbalance_argv
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import ManagedProcess, cluster_env, free_port, mqbalance_argv
+from harness.processes.managed import ManagedProcess
+from harness.processes.net import free_port
 from mqbalance.injector.spec import (
     CONTAINER_NAME,
     GROUP_ANNOTATION,

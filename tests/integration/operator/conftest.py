@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
+from harness.kube import kubelet
 from harness.polling import wait_for
 from mqbalance.contract import read_topic
 from mqbalance.model import UNKNOWN_ZONE, MessageModel, MessageQueue, StrategySpec, Zones

@@ -16,9 +16,9 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from harness import kubelet
+from harness.kube import kubelet
 from harness.polling import wait_for
-from harness.processes import serving_in_thread
+from harness.processes.net import serving_in_thread
 from mqbalance.contract import configmap_name
 from mqbalance.contract.bounds import MAX_QUEUES_PER_GROUP, MAX_QUEUES_PER_TOPIC
 from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length

@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.sidecar import SidecarProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument, read_topic
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator.conftest import Testbed

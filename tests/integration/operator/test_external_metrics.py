@@ -20,9 +20,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess, free_port
+from harness.processes.net import free_port
 
 APISERVICE = "v1beta1.external.metrics.k8s.io"
 BASE = "/apis/external.metrics.k8s.io/v1beta1"

@@ -7,9 +7,9 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from harness import kubelet
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
 from harness.polling import wait_for, work_timeout
-from harness.processes import OperatorProcess
 from mqbalance.contract import SIDECAR_GROUP_ANNOTATION, read_topic
 from tests.integration.invariants import check_document, check_journal
 from tests.integration.operator.conftest import Testbed

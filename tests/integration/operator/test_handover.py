@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.sidecar import SidecarProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument, read_topic
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.config import DEFAULT_MAX_WAIT

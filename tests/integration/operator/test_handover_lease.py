@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.sidecar import SidecarProcess
+from harness.faults.tcp_proxy import TcpProxy, proxied_kubeconfig, server_address
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess
-from harness.tcp_proxy import TcpProxy, proxied_kubeconfig, server_address
 from mqbalance.contract import AssignmentDocument, member_lease_name
 from mqbalance.model import MessageQueue
 from tests.integration.operator.conftest import Testbed

@@ -7,7 +7,7 @@ the operator wrote is then replayed:
 - on the test session's local[2] Spark session (``tests/spark_support.check_journal``): Spark's
   figures, totals and group summaries equal the single-process replay's row for row, and Spark
   replayed every generation the test caused (and every record of the file);
-- on a standalone Spark cluster (``harness.spark_cluster``: a master and two one-core workers on
+- on a standalone Spark cluster (``harness.spark.cluster``: a master and two one-core workers on
   127.0.0.1): ``mqbalance replay --master spark://...`` on small synthetic churn and on that journal
   writes the ``summary.json`` that ``--single-process`` writes (timings aside), tasks of the
   synthetic run ran on both workers, and no process of the cluster or the driver listened or
@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import K8S_VERSION_ENV
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.versions import K8S_VERSION_ENV
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from mqbalance.contract import AssignmentDocument
 from mqbalance.pipeline import main as replay_main
 from tests.integration.operator_support import apply_group, apply_topic, read_document, status_of
@@ -39,7 +39,7 @@ pytest.importorskip("pyspark", reason="the replay tests need the 'replay' extra"
 
 from pyspark.sql import SparkSession
 
-from harness.spark_cluster import SparkCluster
+from harness.spark.cluster import SparkCluster
 from tests.spark_support import check_journal
 
 pytestmark = pytest.mark.spark

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
-from harness.processes import OperatorProcess
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from mqbalance.contract import read_topic
 from mqbalance.model import MessageQueue
 from tests.integration.operator_support import apply_topic

@@ -17,10 +17,10 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, Release
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue

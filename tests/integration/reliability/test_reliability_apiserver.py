@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.sidecar import SidecarProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import SidecarProcess
 from mqbalance.contract import configmap_name
 from tests.integration.operator_support import apply_group
 from tests.integration.reliability.reliability_support import (

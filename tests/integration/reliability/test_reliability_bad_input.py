@@ -13,8 +13,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for, work_timeout
 from tests.integration.operator_support import (
     GROUP,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import LocalCluster
-from harness.processes import free_port
+from harness.kube.cluster import LocalCluster
+from harness.processes.net import free_port
 from mqbalance.operator.runtime import Runtime
 from mqbalance.operator.settings import OperatorConfig
 

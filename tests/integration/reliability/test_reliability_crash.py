@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from harness.apps.operator import OperatorProcess
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from tests.integration.reliability.reliability_support import (
     Rig,
     owner_count,

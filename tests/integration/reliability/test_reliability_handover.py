@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.apps.sidecar import SidecarProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import OperatorProcess, SidecarProcess
 from mqbalance.contract import AssignmentDocument, decode_acks, releases_configmap_name
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar.client import SidecarError

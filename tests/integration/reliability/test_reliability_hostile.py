@@ -1,6 +1,6 @@
 """Hostile input: one team's Topics name a NameServer on 127.0.0.1 that answers every route request with
-a fault (harness/hostile_nameserver.py: garbage, nesting deeper than a parser's stack, a billion queues,
-an oversized or truncated frame, silence...), while another team's canary group scales in a namespace
+a fault (harness/faults/hostile_nameserver.py: garbage, nesting deeper than a parser's stack, a billion
+queues, an oversized or truncated frame, silence...), while another team's canary group scales in a namespace
 of its own. The shared operator must go on serving the canary (each change published within its
 debounce plus 5 s), stay inside the chart's memory limit, keep answering /healthz, and report each
 hostile Topic's fault in its status.
@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
-from harness.hostile_nameserver import FAULTS, HostileNameServer, hostile_nameserver
+from harness.apps.operator import OperatorProcess
+from harness.faults.hostile_nameserver import FAULTS, HostileNameServer, hostile_nameserver
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from tests.integration.operator_support import apply_group, apply_topic, condition, custom, read_document
 
 CHART_MEMORY_LIMIT = 256 * 1024 * 1024

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cluster import ensure_binaries
+from harness.apps.sidecar import SidecarProcess
+from harness.kube.binaries import ensure_binaries
 from harness.polling import scaled
-from harness.processes import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[3]
 POWERFUL_VERBS = {"*", "escalate", "bind", "impersonate", "deletecollection"}

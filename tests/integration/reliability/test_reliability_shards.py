@@ -16,9 +16,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
 from mqbalance.operator.shards import shard_of
 from tests.integration.operator_support import apply_topic
 from tests.integration.reliability.conftest import TOPICS, readable_queues

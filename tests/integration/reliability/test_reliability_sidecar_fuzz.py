@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.apps.sidecar import SidecarProcess
 from harness.polling import scaled, work_timeout
-from harness.processes import SidecarProcess
 from mqbalance.contract import AssignmentDocument
 from tests.unit.sidecar import sidecar_support
 

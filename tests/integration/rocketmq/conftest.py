@@ -1,5 +1,5 @@
 """A real RocketMQ (NameServer + two Brokers from Apache's jars) shared by this folder's tests, of
-the tested release (``harness.rocketmq.version_under_test``: the current line, or the release
+the tested release (``harness.rocketmq.releases.version_under_test``: the current line, or the release
 ``MQBALANCE_ROCKETMQ_VERSION`` names); each 5.x broker registers a zone (``broker-a`` in
 ``zone-a``, ``broker-b`` in ``zone-b``)."""
 
@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from harness.cluster import LocalCluster
-from harness.rocketmq import RocketMQ, is_5x, version_under_test
+from harness.kube.cluster import LocalCluster
+from harness.rocketmq.releases import is_5x, version_under_test
+from harness.rocketmq.server import RocketMQ
 
 ZONES = {"broker-a": "zone-a", "broker-b": "zone-b"}
 

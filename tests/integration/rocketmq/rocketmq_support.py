@@ -11,10 +11,10 @@ from typing import Any
 
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
-from harness.processes import OperatorProcess
-from harness.rocketmq import RocketMQ
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
+from harness.rocketmq.server import RocketMQ
 from tests.integration.operator_support import apply_group, apply_topic
 
 

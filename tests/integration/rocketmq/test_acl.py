@@ -17,11 +17,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet, polling
-from harness.cluster import LocalCluster
+from harness import polling
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
-from harness.rocketmq import DEFAULT_VERSION, LEGACY_VERSION, Acl, RocketMQ
+from harness.rocketmq.acl import Acl
+from harness.rocketmq.releases import DEFAULT_VERSION, LEGACY_VERSION
+from harness.rocketmq.server import RocketMQ
 from mqbalance.operator.offsets import OffsetReader
 from mqbalance.rocketmq.remoting import Credentials
 from tests.integration.operator_support import apply_group, apply_topic, condition, status_of

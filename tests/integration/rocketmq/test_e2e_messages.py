@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from harness.e2e import Step, World, run, world
-from harness.rocketmq import version_under_test
+from harness.rocketmq.releases import version_under_test
 from tests.integration.invariants import consumer_problems
 
 
 @pytest.fixture(scope="module")
 def e2e_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    """The tested release's servers and client (harness.rocketmq.version_under_test: the current line
+    """The tested release's servers and client (harness.rocketmq.releases.version_under_test: the current line
     unless MQBALANCE_ROCKETMQ_VERSION names another)."""
     with world(tmp_path_factory.mktemp("e2e"), version_under_test()) as w:
         yield w

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import K8S_VERSION_ENV
+from harness.kube.versions import K8S_VERSION_ENV
 from harness.polling import scaled
 
 JAVA = Path(__file__).resolve().parents[3] / "clients" / "java"

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness import polling
-from harness.rocketmq import LEGACY_VERSION, MqadminError, RocketMQ, version_under_test
+from harness.rocketmq.releases import LEGACY_VERSION, MqadminError, version_under_test
+from harness.rocketmq.server import RocketMQ
 from mqbalance.lag import group_lag
 from mqbalance.model import MessageQueue
 from mqbalance.operator.offsets import OffsetReader

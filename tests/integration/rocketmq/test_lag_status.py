@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import kubelet
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.kube import kubelet
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from tests.integration.operator_support import (
     condition,
     status_of,

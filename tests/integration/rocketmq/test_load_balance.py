@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.cluster import LocalCluster
+from harness.apps.operator import OperatorProcess
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.processes import OperatorProcess
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from mqbalance.model import MessageQueue
 from mqbalance.rocketmq.remoting import RemotingCommand, decode_payload, encode, frame_length, request
 from tests.integration.operator_support import (

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from mqbalance.model import PERM_READ, UNKNOWN_ZONE, Broker
 from mqbalance.rocketmq.nameserver import (
     NameServerClient,

@@ -6,7 +6,8 @@ import functools
 import re
 
 from harness.polling import wait_for
-from harness.rocketmq import CLUSTER, LEGACY_VERSION, MqadminError, RocketMQ
+from harness.rocketmq.releases import LEGACY_VERSION, MqadminError
+from harness.rocketmq.server import CLUSTER, RocketMQ
 
 
 def test_brokers_register_with_the_nameserver(rocketmq: RocketMQ) -> None:

@@ -9,9 +9,9 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from harness.cluster import LocalCluster
+from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from mqbalance.model import PERM_READ
 from tests.integration.operator_support import (
     GROUP,

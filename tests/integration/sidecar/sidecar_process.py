@@ -1,4 +1,4 @@
-"""ConfigMaps as the operator publishes them, for the sidecar's tests (the process is harness.processes')."""
+"""ConfigMaps as the operator publishes them, for the sidecar's tests (the process: harness.apps.sidecar)."""
 
 from __future__ import annotations
 

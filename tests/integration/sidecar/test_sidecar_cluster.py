@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import LocalCluster
+from harness.apps.metrics import parse_metric
+from harness.apps.sidecar import SidecarProcess
+from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess, parse_metric
 from mqbalance.contract import AssignmentDocument
 from mqbalance.sidecar.client import SidecarError
 from mqbalance.sidecar.config import DEFAULT_MAX_WAIT

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.apps.sidecar import SidecarProcess
 from harness.polling import scaled, wait_for
-from harness.processes import SidecarProcess
 
 
 def test_sigterm_ends_waiting_long_polls_at_once(

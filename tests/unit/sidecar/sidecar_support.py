@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -132,3 +134,24 @@ def make_client(aiohttp_client: AiohttpClient, clock: FakeClock) -> Factory:
 
 def state_of(client: Client) -> SidecarState:
     return client.app[STATE]
+
+
+class MemorySource:
+    """Documents and routes handed over in-process: a source the test drives."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
+
+    def publish(self, group: str, doc: AssignmentDocument) -> None:
+        self._queue.put_nowait(("publish", group, doc))
+
+    def put_route(self, resource: str, route: TopicRoute) -> None:
+        self._queue.put_nowait(("route", resource, route))
+
+    async def run(self, state: SidecarState) -> None:
+        while True:
+            action, key, value = await self._queue.get()
+            if action == "publish":
+                state.publish(key, value)
+            else:
+                state.put_route(key, value)

@@ -14,8 +14,16 @@ from mqbalance.contract import AssignmentDocument
 from mqbalance.model import Broker, TopicRoute
 from mqbalance.producer import QueueSelector, select_by_hash, writable_queues
 from mqbalance.sidecar.app import create_metrics_app
-from mqbalance.sidecar.watch import MemorySource
-from tests.unit.sidecar.sidecar_support import OTHER, POD, ROUTE, Factory, FakeClock, document, state_of
+from tests.unit.sidecar.sidecar_support import (
+    OTHER,
+    POD,
+    ROUTE,
+    Factory,
+    FakeClock,
+    MemorySource,
+    document,
+    state_of,
+)
 
 pytestmark = pytest.mark.asyncio
 

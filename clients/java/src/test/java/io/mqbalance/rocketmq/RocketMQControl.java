@@ -23,7 +23,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
- * A RocketMQ of its own that the test drives: {@code python -m harness.rocketmq_control}, with a
+ * A RocketMQ of its own that the test drives: {@code python -m harness.rocketmq.control}, with a
  * slave for each broker named in {@code slaves}. Commands go to its stdin, one JSON array a line.
  */
 final class RocketMQControl implements AutoCloseable {
@@ -53,7 +53,7 @@ final class RocketMQControl implements AutoCloseable {
         Path repo = Paths.get(System.getProperty("mqbalance.repo", "../..")).toAbsolutePath().normalize();
         Path python = repo.resolve(".venv/bin/python");
         List<String> argv = new ArrayList<>(List.of(
-            Files.isExecutable(python) ? python.toString() : "python3", "-m", "harness.rocketmq_control",
+            Files.isExecutable(python) ? python.toString() : "python3", "-m", "harness.rocketmq.control",
             "--version", version));
         for (String slave : slaves) {
             argv.add("--slave");
@@ -69,7 +69,7 @@ final class RocketMQControl implements AutoCloseable {
         in = new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8);
         String line = out.readLine();
         if (line == null) {
-            throw new IllegalStateException("harness.rocketmq_control exited before it was ready");
+            throw new IllegalStateException("harness.rocketmq.control exited before it was ready");
         }
         Map<String, Object> ready = Json.parseObject(line);
         namesrv = (String) ready.get("namesrv");
@@ -86,7 +86,7 @@ final class RocketMQControl implements AutoCloseable {
         in.flush();
         String answer = out.readLine();
         if (answer == null) {
-            throw new AssertionError("harness.rocketmq_control exited during " + line);
+            throw new AssertionError("harness.rocketmq.control exited during " + line);
         }
         Map<String, Object> reply = Json.parseObject(answer);
         if (reply.containsKey("error")) {
