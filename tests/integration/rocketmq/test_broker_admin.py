@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness import polling
-from harness.rocketmq import RocketMQ
+from harness.rocketmq.server import RocketMQ
 from mqbalance.model import MessageQueue
 from mqbalance.rocketmq.admin import AdminError, BrokerAdmin, QueueRef
 from tests.integration.rocketmq.test_lag_offsets import consume, consumer_progress, mq  # noqa: F401 (fixture)
