@@ -64,8 +64,11 @@ def test_offsets_are_read_searched_written_and_read_back(mq: RocketMQ, topic_nam
     assert sum(committed or 0 for *_, committed in before.values()) > 0  # the consumer committed
     assert sum(high for _, high, _, _ in before.values()) == 80
     assert all(low == 0 for low, _, _, _ in before.values())
-    # The offset of `middle` splits each queue's messages: those sent before it lie below.
-    assert sum(found for _, _, found, _ in before.values()) == 40
+    # The offset of `middle` splits each queue's messages: those sent before it lie below. 5.x answers
+    # the first message stored at `middle` or later; 4.x the one whose time is nearest, which may be the
+    # last before it (DefaultMessageStore.getOffsetInQueueByTime): one less in a queue.
+    split = sum(found for _, _, found, _ in before.values())
+    assert (split == 40) if mq.is_5x else (40 - len(queues) <= split <= 40)
     assert all(0 <= found <= high for _, high, found, _ in before.values())
     never = asyncio.run(admin.committed_offset(f"GID_never_{topic}"[:60], next(iter(queues.values()))))
     # "Not found", or 0 where the queue still starts at 0 in memory (a broker answers so to let a new
