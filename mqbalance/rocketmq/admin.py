@@ -10,27 +10,21 @@ anything else fails with :class:`AdminError`, never with what the parser met.
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mqbalance.rocketmq.nameserver import DEFAULT_TIMEOUT, invoke
-from mqbalance.rocketmq.remoting import Credentials, FrameError, RemotingCommand, ResponseCode, request, sign
+from mqbalance.rocketmq.remoting import (
+    Credentials,
+    FrameError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    request,
+    sign,
+)
 
-
-class AdminCode(enum.IntEnum):
-    """The request codes of the offset admin (RequestCode)."""
-
-    QUERY_CONSUMER_OFFSET = 14
-    UPDATE_CONSUMER_OFFSET = 15
-    SEARCH_OFFSET_BY_TIMESTAMP = 29
-    GET_MAX_OFFSET = 30
-    GET_MIN_OFFSET = 31
-
-
-QUERY_NOT_FOUND = 22
-"""ResponseCode.QUERY_NOT_FOUND: the group has committed no offset for the queue."""
 MAX_OFFSET = 2**63 - 1
 """A queue offset is a Java long."""
 
@@ -59,41 +53,41 @@ class BrokerAdmin:
 
     async def min_offset(self, queue: QueueRef) -> int:
         """The queue's first offset still stored (older messages are gone)."""
-        return await self._offset(AdminCode.GET_MIN_OFFSET, queue, {})
+        return await self._offset(RequestCode.GET_MIN_OFFSET, queue, {})
 
     async def max_offset(self, queue: QueueRef) -> int:
         """The offset the queue's next message will have."""
-        return await self._offset(AdminCode.GET_MAX_OFFSET, queue, {})
+        return await self._offset(RequestCode.GET_MAX_OFFSET, queue, {})
 
     async def search_offset(self, queue: QueueRef, timestamp_ms: int) -> int:
         """The offset of the queue's first message stored at or after ``timestamp_ms`` (epoch ms);
         the max offset when none is (RocketMQ's ``searchOffset``)."""
-        return await self._offset(AdminCode.SEARCH_OFFSET_BY_TIMESTAMP, queue, {"timestamp": timestamp_ms})
+        return await self._offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, queue, {"timestamp": timestamp_ms})
 
     async def committed_offset(self, group: str, queue: QueueRef) -> int | None:
         """The group's committed offset of the queue; None when it has committed none."""
         fields = {"consumerGroup": group}
-        response = await self._ask(AdminCode.QUERY_CONSUMER_OFFSET, queue, fields)
-        if response.code == QUERY_NOT_FOUND:
+        response = await self._ask(RequestCode.QUERY_CONSUMER_OFFSET, queue, fields)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
-        return self._read_offset(AdminCode.QUERY_CONSUMER_OFFSET, queue, response)
+        return self._read_offset(RequestCode.QUERY_CONSUMER_OFFSET, queue, response)
 
     async def commit_offset(self, group: str, queue: QueueRef, offset: int) -> None:
         """Write the group's committed offset of the queue (as a consumer commits it, but awaited)."""
         if not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"offset {offset} is not a queue offset")
         fields = {"consumerGroup": group, "commitOffset": offset}
-        response = await self._ask(AdminCode.UPDATE_CONSUMER_OFFSET, queue, fields)
+        response = await self._ask(RequestCode.UPDATE_CONSUMER_OFFSET, queue, fields)
         if response.code != ResponseCode.SUCCESS:
-            raise self._refused(AdminCode.UPDATE_CONSUMER_OFFSET, queue, response)
+            raise self._refused(RequestCode.UPDATE_CONSUMER_OFFSET, queue, response)
 
-    async def _offset(self, code: AdminCode, queue: QueueRef, fields: Mapping[str, object]) -> int:
+    async def _offset(self, code: RequestCode, queue: QueueRef, fields: Mapping[str, object]) -> int:
         response = await self._ask(code, queue, fields)
         if response.code != ResponseCode.SUCCESS:
             raise self._refused(code, queue, response)
         return self._read_offset(code, queue, response)
 
-    async def _ask(self, code: AdminCode, queue: QueueRef, fields: Mapping[str, object]) -> RemotingCommand:
+    async def _ask(self, code: RequestCode, queue: QueueRef, fields: Mapping[str, object]) -> RemotingCommand:
         command = request(code, next(_opaque), {"topic": queue.topic, "queueId": queue.queue_id, **fields})
         if self.credentials is not None:
             command = sign(command, self.credentials)
@@ -109,7 +103,7 @@ class BrokerAdmin:
             ) from None
 
     @staticmethod
-    def _read_offset(code: AdminCode, queue: QueueRef, response: RemotingCommand) -> int:
+    def _read_offset(code: RequestCode, queue: QueueRef, response: RemotingCommand) -> int:
         text = response.ext_fields.get("offset", "")
         if not (text.isascii() and text.lstrip("-").isdigit() and len(text) <= 20):
             raise AdminError(f"broker {queue.address} answered {code.name} without an offset: {text[:40]!r}")
@@ -119,7 +113,7 @@ class BrokerAdmin:
         return offset
 
     @staticmethod
-    def _refused(code: AdminCode, queue: QueueRef, response: RemotingCommand) -> AdminError:
+    def _refused(code: RequestCode, queue: QueueRef, response: RemotingCommand) -> AdminError:
         remark = (response.remark or "")[:300]
         return AdminError(
             f"broker {queue.address} refused {code.name} of {queue.topic}:{queue.queue_id}: "

@@ -35,7 +35,12 @@ from mqbalance.json_limits import JsonError, TooDeep, loads, text_of
 class RequestCode(enum.IntEnum):
     """Request codes (org.apache.rocketmq.remoting.protocol.RequestCode) used here."""
 
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
 
@@ -49,6 +54,8 @@ class ResponseCode(enum.IntEnum):
     REQUEST_CODE_NOT_SUPPORTED = 3
     TOPIC_NOT_EXIST = 17
     NO_PERMISSION = 16
+    QUERY_NOT_FOUND = 22
+    """The group has committed no offset for the queue."""
 
 
 class SerializeType(enum.IntEnum):
