@@ -20,7 +20,7 @@ from mqbalance.contract import (
     Release,
     member_lease_name,
 )
-from mqbalance.model import MessageQueue
+from mqbalance.model import MessageModel, MessageQueue
 from mqbalance.operator.handover import Alive, step
 from mqbalance.operator.leases import LeaseTable, MemberLeases, lease_record
 from mqbalance.operator.membership import LEASE_LAPSED, PodInfo
@@ -200,8 +200,8 @@ SPEC = HandoverSpec(HandoverMode.RELEASE, release_timeout=1.0, lease=LEASE, rene
 def revoked_from_departed() -> tuple[AssignmentDocument, dict[str, dict[str, tuple[MessageQueue, ...]]]]:
     releasing = Release("a", 2, 100.0, (Q[0], Q[1]))
     document = AssignmentDocument(
-        "g", 2, "STICKY", "CLUSTERING", 100.0, "", {"c": "z"}, {"t": {"c": (Q[2], Q[3])}}, {},
-        "Release", (releasing,), LeaseTerms(LEASE, RENEW),
+        "g", 2, "STICKY", MessageModel.CLUSTERING, 100.0, "", {"c": "z"}, {"t": {"c": (Q[2], Q[3])}}, {},
+        HandoverMode.RELEASE, (releasing,), LeaseTerms(LEASE, RENEW),
     )  # fmt: skip
     return document, {"t": {"c": tuple(Q)}}
 
