@@ -142,7 +142,7 @@ def test_a_member_whose_lease_lapsed_is_revoked_and_its_queues_wait_for_the_floo
     assert set(out.document.members) == {"b"}, "a serves nothing: no member any more"
     assert out.document.releasing == (Release("a", out.document.generation, WALL, held),)
     assert out.document.topics["T"]["b"] == published.topics["T"]["b"], "nothing handed on yet"
-    assert out.lapsed == ("a",)
+    assert out.interest.lapsed == ("a",)
     assert {k: v for k, v in out.status["notServingPods"][0].items() if k != "message"} == {
         "name": "a",
         "reason": LEASE_LAPSED,
@@ -161,7 +161,7 @@ def test_a_member_whose_lease_lapsed_is_revoked_and_its_queues_wait_for_the_floo
     rejoined = reconcile(observe("Release", moved.document, back, now=WALL + 10))
     assert rejoined.document is not None
     assert set(rejoined.document.members) == {"a", "b"}
-    assert rejoined.lapsed == ()
+    assert rejoined.interest.lapsed == ()
 
 
 def test_a_member_never_seen_renewing_is_judged_by_its_pod() -> None:
@@ -278,4 +278,4 @@ def test_the_reconcile_passes_the_leases_to_the_departed_rule() -> None:
 
 def test_outcome_fields_default_to_no_lease_wake() -> None:
     assert Outcome(None, {}).lease_wake_at is None
-    assert Outcome(None, {}).lapsed == ()
+    assert Outcome(None, {}).interest.lapsed == ()
