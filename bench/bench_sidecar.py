@@ -38,7 +38,7 @@ MEMBERS = 8
 
 def _document() -> object:
     from mqbalance.contract import AssignmentDocument
-    from mqbalance.model import MessageQueue
+    from mqbalance.model import MessageModel, MessageQueue
 
     members = [f"orders-7f9c-pod{i:02d}" for i in range(MEMBERS)]
     topics = {}
@@ -52,7 +52,7 @@ def _document() -> object:
         group="orders-consumer",
         generation=42,
         strategy="STICKY",
-        message_model="CLUSTERING",
+        message_model=MessageModel.CLUSTERING,
         computed_at=time.time(),
         reason="member-joined",
         members={m: "zone-a" for m in members},

@@ -36,11 +36,11 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from mqbalance.contract.handover import HandoverMode
 from mqbalance.json_limits import JsonError, loads
-from mqbalance.model import Assignment, MessageQueue, sort_queues
+from mqbalance.model import Assignment, MessageModel, MessageQueue, sort_queues
 
 CONFIGMAP_KEY = "assignment.json"
 """The ConfigMap data key that holds the document."""
@@ -185,7 +185,7 @@ class AssignmentDocument:
     """The RocketMQ consumer group name."""
     generation: int
     strategy: str
-    message_model: str
+    message_model: MessageModel
     computed_at: float
     """Unix time (seconds) when the operator computed this generation."""
     reason: str
@@ -194,7 +194,7 @@ class AssignmentDocument:
     topics: Mapping[str, Assignment]
     """RocketMQ topic name -> member -> queues."""
     broker_zones: Mapping[str, str] = field(default_factory=dict)
-    handover: str = HandoverMode.OFF.value
+    handover: HandoverMode = HandoverMode.OFF
     """How queues change owner: Off (at once), Release or Orderly (revoke, release, then assign)."""
     releasing: tuple[Release, ...] = ()
     """Queues revoked from their owners and held by nobody until released."""
@@ -228,15 +228,15 @@ class AssignmentDocument:
             "group": self.group,
             "generation": self.generation,
             "strategy": self.strategy,
-            "messageModel": self.message_model,
+            "messageModel": self.message_model.value,
             "computedAt": self.computed_at,
             "reason": self.reason,
             "members": dict(sorted(self.members.items())),
             "brokerZones": dict(sorted(self.broker_zones.items())),
             "topics": {topic: encode_queue_map(a) for topic, a in sorted(self.topics.items())},
         }
-        if self.handover != HandoverMode.OFF:
-            out["handover"] = self.handover
+        if self.handover is not HandoverMode.OFF:
+            out["handover"] = self.handover.value
         if self.releasing:
             out["releasing"] = [r.to_json() for r in self.releasing]
         if self.lease is not None:
@@ -269,13 +269,15 @@ class AssignmentDocument:
                 group=str(data["group"]),
                 generation=generation,
                 strategy=str(data["strategy"]),
-                message_model=str(data.get("messageModel", "CLUSTERING")),
+                message_model=_named(
+                    MessageModel, data.get("messageModel", MessageModel.CLUSTERING), "messageModel"
+                ),
                 computed_at=float(data.get("computedAt", 0.0)),
                 reason=str(data.get("reason", "")),
                 members={str(k): str(v) for k, v in members.items()},
                 broker_zones={str(k): str(v) for k, v in broker_zones.items()},
                 topics={t: decode_queue_map(t, a) for t, a in topics.items()},
-                handover=str(data.get("handover", HandoverMode.OFF.value)),
+                handover=_named(HandoverMode, data.get("handover", HandoverMode.OFF), "handover"),
                 releasing=tuple(Release.from_json(r) for r in releasing),
                 lease=LeaseTerms.from_json(data["lease"]) if data.get("lease") is not None else None,
             )
@@ -283,6 +285,18 @@ class AssignmentDocument:
     @classmethod
     def decode(cls, text: str) -> AssignmentDocument:
         return cls.from_json(load_json(text, "assignment document"))
+
+
+E = TypeVar("E", MessageModel, HandoverMode)
+
+
+def _named(kind: type[E], value: Any, field: str) -> E:
+    """One of the names ``kind`` has; a DocumentError that lists them for anything else."""
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(member.value for member in kind)
+        raise DocumentError(f"{field} is {value!r}; expected one of {names}") from None
 
 
 def _normalized(topics: Mapping[str, Assignment]) -> dict[str, dict[str, frozenset[MessageQueue]]]:

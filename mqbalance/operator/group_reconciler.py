@@ -21,7 +21,6 @@ from typing import Any, TypeVar, cast
 from mqbalance.contract import (
     CONSUMER_GROUPS,
     AssignmentDocument,
-    HandoverMode,
     configmap_name,
     decode_acks,
     member_lease_name,
@@ -34,7 +33,7 @@ from mqbalance.operator.journal import Journal
 from mqbalance.operator.lagpoll import LAG_CONDITION, without_time
 from mqbalance.operator.leases import lease_record
 from mqbalance.operator.metrics import LagFigures, OperatorMetrics
-from mqbalance.operator.reconcile import Observed, Outcome, reconcile
+from mqbalance.operator.reconcile import Observed, Outcome, decision_size, reconcile
 from mqbalance.operator.spec import selector_or_none
 from mqbalance.operator.state import GroupState
 from mqbalance.operator.status import reconcile_failed
@@ -176,6 +175,7 @@ class GroupReconciler:
             load_state=state.load_state if fresh else state.load_base,
             load_target=state.load_target,
             leases=self.world.member_leases(state),
+            releases_configmap=bool(releases) or state.releases_made,
         )
         computing = time.perf_counter()
         outcome = await self.decide(observed)
@@ -184,9 +184,8 @@ class GroupReconciler:
             # The watch lagged: judge again with what the API server says.
             observed = replace(observed, leases=self.world.member_leases(state))
             outcome = await self.decide(observed)
-        self.world.remember(state, outcome, pods, spec)
-        handover = outcome.spec is not None and outcome.spec.handover.mode is not HandoverMode.OFF
-        if handover and not releases and not state.releases_made:
+        self.world.remember(state, outcome)
+        if outcome.ensure_releases:
             # Before anyone is asked to acknowledge, and early enough for applications that
             # acknowledge the generation they first read.
             await self.writer.ensure_releases(body)
@@ -233,9 +232,7 @@ class GroupReconciler:
         :data:`OFF_LOOP_WORK`) on the reconcile thread, from a copy of what the event loop may change
         meanwhile, while the loop goes on serving the other groups. :class:`ThreadBusy` when another
         large group holds the thread."""
-        topics = observed.spec.get("topics")
-        work = len(observed.pods) ** 2 * (len(topics) if isinstance(topics, list) and topics else 1)
-        if work < OFF_LOOP_WORK:
+        if decision_size(observed) < OFF_LOOP_WORK:
             return reconcile(observed)
         if self._thread_busy:
             raise ThreadBusy(f"{observed.namespace}/{observed.name}")

@@ -9,8 +9,8 @@ from mqbalance.contract import SpecError, configmap_name, read_topic
 from mqbalance.contract.bounds import check_group_queues, check_members, read_queue_count
 from mqbalance.model import MessageModel, TopicRoute
 from mqbalance.operator.conditions import condition, condition_status
-from mqbalance.operator.observation import Note, Observed, Outcome
-from mqbalance.operator.spec import GroupSpec
+from mqbalance.operator.observation import Interest, Note, Observed, Outcome
+from mqbalance.operator.spec import GroupSpec, subscribed_topics
 from mqbalance.operator.status import int_field, set_condition
 
 
@@ -73,4 +73,15 @@ def invalid_outcome(
     old = condition(obs.status, "Invalid")
     if not old or old.get("status") != "True" or old.get("message") != message:
         notes = (Note("Warning", reason, message),)
-    return Outcome(None, status, notes, members=member_zones, spec=spec)
+    if spec is None:  # the spec cannot be read: any change may make it valid
+        return Outcome(
+            None, status, notes, members=member_zones, interest=Interest(topics=subscribed_topics(obs.spec))
+        )
+    return Outcome(
+        None,
+        status,
+        notes,
+        members=member_zones,
+        interest=Interest.of(spec, obs.pods),
+        ensure_releases=obs.lacks_releases(spec),
+    )

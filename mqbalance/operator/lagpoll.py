@@ -31,7 +31,7 @@ from mqbalance.lag import (
     rates,
     recommended_members,
 )
-from mqbalance.model import Assignment, MessageQueue
+from mqbalance.model import Assignment, MessageModel, MessageQueue
 from mqbalance.operator.conditions import rfc3339
 from mqbalance.operator.metrics import LagFigures
 from mqbalance.operator.offsets import BrokerFailure, OffsetReader
@@ -193,7 +193,7 @@ class LagPoller:
     async def poll_group(self, state: GroupState) -> None:
         key = (state.namespace, state.name)
         document = self._document(state)
-        if document is None or document.message_model == "BROADCASTING":
+        if document is None or document.message_model is MessageModel.BROADCASTING:
             # Nothing published yet: no member to split the lag by. Broadcasting consumers keep
             # their offsets locally, so the broker's figures mean nothing for them.
             return

@@ -1,21 +1,24 @@
 """What one reconcile of a ConsumerGroup reads (:class:`Observed`) and what it decides
-(:class:`Outcome`, with the Events as :class:`Note`): plain values, no I/O.
+(:class:`Outcome`): plain values, no I/O. The outcome is the effects the caller carries out as they
+are, without reading the spec again: the document to publish, the releases ConfigMap to create, the
+status to write, the Events (:class:`Note`), the times to look again, and which changes concern the
+group from now on (:class:`Interest`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument
+from mqbalance.contract import Ack, AssignmentDocument, HandoverMode
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
 from mqbalance.operator.conditions import condition_status
 from mqbalance.operator.handover import Step
 from mqbalance.operator.leases import MemberLeases
 from mqbalance.operator.membership import PodInfo
-from mqbalance.operator.spec import GroupSpec
+from mqbalance.operator.spec import DEFAULT_DEBOUNCE_SECONDS, GroupSpec, LabelSelector
 from mqbalance.quality import Figures
 from mqbalance.strategies import LoadState
 
@@ -59,6 +62,12 @@ class Observed:
     """The namespace's member Leases as the operator saw them (None: not watched). Release and
     Orderly only: a member whose Lease lapsed serves nothing; a departed one is handed on once its
     Lease has been silent for leaseSeconds + leaseMarginSeconds."""
+    releases_configmap: bool = False
+    """Whether the group's releases ConfigMap exists (or was created): where ``acks`` are read."""
+
+    def lacks_releases(self, spec: GroupSpec) -> bool:
+        """Whether the group's handover waits for acknowledgements in a releases ConfigMap it has not."""
+        return spec.handover.mode is not HandoverMode.OFF and not self.releases_configmap
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,40 @@ class Note:
     """Normal or Warning."""
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class Interest:
+    """Which changes concern a group until its next reconcile: the world routes pod, node, Topic
+    and Lease changes to it by this."""
+
+    selector: LabelSelector | None = None
+    """None while the spec cannot be read: any pod or Topic change in the namespace may matter."""
+    topics: Collection[str] = ()
+    """The Topic resources ``spec.topics`` names (read even from a spec that cannot be honoured)."""
+    pods: Collection[str] = ()
+    """The pods the selector matches, whatever their state."""
+    nodes: Collection[str] = ()
+    """The nodes of those pods (a node's zone is its members' zone)."""
+    debounce: float = DEFAULT_DEBOUNCE_SECONDS
+    """How long pod and node changes wait, so that a burst of them is one reconcile."""
+    lapsed: Collection[str] = ()
+    """Pods left out because their member Lease lapsed: a renewal of one concerns the group at once."""
+    leased: bool = False
+    """Its members are judged by their Leases (handover Release or Orderly)."""
+
+    @classmethod
+    def of(cls, spec: GroupSpec, pods: Sequence[PodInfo], lapsed: Collection[str] = ()) -> Interest:
+        matched = [p for p in pods if spec.selector.matches(p.labels)]
+        return cls(
+            spec.selector,
+            spec.topics,
+            tuple(p.name for p in matched),
+            tuple(sorted({p.node_name for p in matched if p.node_name})),
+            spec.debounce_seconds,
+            tuple(lapsed),
+            spec.handover.leased,
+        )
 
 
 @dataclass(frozen=True)
@@ -83,8 +126,8 @@ class Outcome:
     """Figures of this change (moved etc.) when a document is published."""
     members: Mapping[str, str] = field(default_factory=dict)
     """Observed member -> zone (even when Invalid)."""
-    spec: GroupSpec | None = None
-    """The parsed spec, None when it is invalid."""
+    interest: Interest = field(default_factory=Interest)
+    """Which changes concern the group from now on."""
     handover: Step | None = None
     """What the handover did in this reconcile (None when there is no handover to run)."""
     wake_at: float | None = None
@@ -96,8 +139,9 @@ class Outcome:
     lease_wake_at: float | None = None
     """Reconcile again at this *monotonic* time: a member's Lease may lapse, or a departed owner's
     Lease have been silent long enough, then."""
-    lapsed: tuple[str, ...] = ()
-    """Matching pods left out because their member Lease lapsed (a renewal brings them back)."""
+    ensure_releases: bool = False
+    """Create the group's releases ConfigMap before anyone is asked to acknowledge: its handover
+    waits for acknowledgements there, and it has none."""
 
     @property
     def invalid(self) -> bool:

@@ -47,14 +47,20 @@ from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.operator.invalid import TopicNotFound, check_group_bounds, invalid_outcome, subscribed_routes
 from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members
-from mqbalance.operator.observation import Note, Observed, Outcome
-from mqbalance.operator.spec import parse_group, unknown_config_queues
+from mqbalance.operator.observation import Interest, Note, Observed, Outcome
+from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
 from mqbalance.operator.status import group_status, int_field
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, LoadState, allocate_group
 
 # The reconcile's types and reasons keep this import path (callers, tests, the mutation runs).
-__all__ = ["LOAD_IMBALANCE", "Note", "Observed", "Outcome", "reconcile"]
+__all__ = ["LOAD_IMBALANCE", "Note", "Observed", "Outcome", "decision_size", "reconcile"]
+
+
+def decision_size(obs: Observed) -> int:
+    """What deciding ``obs`` costs, in what STICKY's costliest step grows with: candidate pods
+    squared times subscribed topics."""
+    return len(obs.pods) ** 2 * max(1, len(subscribed_topics(obs.spec)))
 
 
 def reconcile(obs: Observed) -> Outcome:
@@ -153,13 +159,13 @@ def reconcile(obs: Observed) -> Outcome:
         group=spec.group_name,
         generation=generation,
         strategy=spec.strategy.name.value,
-        message_model=spec.message_model.value,
+        message_model=spec.message_model,
         computed_at=obs.now,
         reason=reason,
         members=member_zones,
         topics=topics,
         broker_zones=broker_zones,
-        handover=spec.handover.mode.value,
+        handover=spec.handover.mode,
         releasing=releasing,
         lease=LeaseTerms(spec.handover.lease, spec.handover.renew) if spec.handover.leased else None,
     )
@@ -189,6 +195,8 @@ def reconcile(obs: Observed) -> Outcome:
     if handover is not None and handover.lease_wake_at is not None:
         lease_wake.append(handover.lease_wake_at)
     lease_wake_at = min(lease_wake) if lease_wake else None
+    interest = Interest.of(spec, obs.pods, lapsed)
+    ensure_releases = obs.lacks_releases(spec)
 
     if not changed:
         assert obs.previous is not None
@@ -209,12 +217,12 @@ def reconcile(obs: Observed) -> Outcome:
             status,
             recovered,
             members=member_zones,
-            spec=spec,
+            interest=interest,
             wake_at=wake_at,
             load_state=load_state,
             load_target=load_target,
             lease_wake_at=lease_wake_at,
-            lapsed=lapsed,
+            ensure_releases=ensure_releases,
         )
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
@@ -249,11 +257,11 @@ def reconcile(obs: Observed) -> Outcome:
         record,
         figures,
         member_zones,
-        spec,
+        interest,
         handover,
         wake_at,
         load_state,
         load_target,
         lease_wake_at,
-        lapsed,
+        ensure_releases,
     )

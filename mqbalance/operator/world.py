@@ -24,7 +24,6 @@ from mqbalance.operator.leases import LeaseRecord, LeaseTable, MemberLeases
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, LagFigures
 from mqbalance.operator.reconcile import Outcome
-from mqbalance.operator.spec import subscribed_topics
 from mqbalance.operator.state import NO_STREAK, GroupState, TopicState, WorkKey, work_priority
 from mqbalance.operator.workqueue import WorkQueue
 
@@ -298,28 +297,25 @@ class World:
             if selects is None or selects(namespace, name):
                 self.queue.add(("topic", namespace, name))
 
-    def remember(
-        self, state: GroupState, outcome: Outcome, pods: list[PodInfo], spec: Mapping[str, Any]
-    ) -> None:
-        """What later changes are matched against: the selector, topics, pods and nodes of this group."""
+    def remember(self, state: GroupState, outcome: Outcome) -> None:
+        """What later changes are matched against: the interest a reconcile returned."""
         if self.groups.get((state.namespace, state.name)) is not state:
             return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
-        state.topics = _small_set(subscribed_topics(spec))
         _remember_load(state, outcome)
-        state.lapsed = _small_set(outcome.lapsed)
-        if outcome.spec is None or not outcome.spec.handover.leased:
+        interest = outcome.interest
+        state.topics = _small_set(interest.topics)
+        state.lapsed = _small_set(interest.lapsed)
+        if not interest.leased:
             state.leased_since = None  # judged by Leases again only after a lease's time
-        if outcome.spec is None:
-            state.selector = None  # unparseable: any change in the namespace may matter
-            self._route(state, None)
+        state.selector = interest.selector
+        if interest.selector is None:
+            self._route(state, None)  # unreadable: any change in the namespace may matter
             return
-        state.selector = outcome.spec.selector
         # A pod the selector matches carries every matchLabels pair: one of them finds the group.
-        self._route(state, min(state.selector.match_labels.items(), default=None))
-        state.debounce = outcome.spec.debounce_seconds
-        matched = [p for p in pods if outcome.spec.selector.matches(p.labels)]
-        state.pods = _small_set(p.name for p in matched)
-        state.nodes = _small_set({p.node_name for p in matched if p.node_name})
+        self._route(state, min(interest.selector.match_labels.items(), default=None))
+        state.debounce = interest.debounce
+        state.pods = _small_set(interest.pods)
+        state.nodes = _small_set(interest.nodes)
 
     # -- read-outs ------------------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ def member_view(resource: str, member: str, doc: AssignmentDocument, received_at
         "zone": doc.members.get(member),
         "generation": doc.generation,
         "strategy": doc.strategy,
-        "messageModel": doc.message_model,
+        "messageModel": doc.message_model.value,
         "computedAt": doc.computed_at,
         "receivedAt": received_at,
         "reason": doc.reason,
@@ -61,8 +61,8 @@ def member_view(resource: str, member: str, doc: AssignmentDocument, received_at
             for topic, topic_queues in sorted(queues.items())
         },
     }
-    if doc.handover != HandoverMode.OFF:
-        view["handover"] = doc.handover
+    if doc.handover is not HandoverMode.OFF:
+        view["handover"] = doc.handover.value
         # Revoked from this pod and held by nobody until it releases them: stop fetching them, commit
         # their offsets, then POST /v1/release.
         view["releasing"] = [

@@ -186,7 +186,7 @@ async def release(request: web.Request) -> web.Response:
     group.acked = ack
     answer: dict[str, Any] = {"group": group.resource, "generation": generation, "all": ack.all}
     recorder = request.app[RECORDER]
-    if served.document.handover == HandoverMode.OFF:
+    if served.document.handover is HandoverMode.OFF:
         return web.json_response({**answer, "recorded": False, "reason": "handover is Off for this group"})
     if recorder is None:
         reason = "the assignment comes from a file: there is no API to record the release in"

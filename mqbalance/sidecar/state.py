@@ -166,7 +166,7 @@ class GroupState:
     def drained(self) -> bool:
         """Nothing left to hand over: no handover, or this pod holds nothing and releases nothing."""
         served = self.served
-        if served is None or served.document.handover == HandoverMode.OFF:
+        if served is None or served.document.handover is HandoverMode.OFF:
             return True
         doc = served.document
         holds = any(doc.queues_of(self.member).values())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from mqbalance.contract import AssignmentDocument
 from mqbalance.journal import JournalRecord
-from mqbalance.model import MessageQueue
+from mqbalance.model import MessageModel, MessageQueue
 
 if TYPE_CHECKING:
     from harness.e2e import Score
@@ -36,7 +36,7 @@ def assignment_problems(
         strangers = set(assignment) - set(members)
         if strangers:
             problems.append(f"{topic}: queues given to non-members {sorted(strangers)}")
-        if message_model != "CLUSTERING":
+        if message_model != MessageModel.CLUSTERING:
             continue
         owner: dict[MessageQueue, str] = {}
         for member, queues in assignment.items():

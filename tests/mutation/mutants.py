@@ -18,7 +18,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSpec
-from mqbalance.model import Assignment, MessageQueue
+from mqbalance.model import Assignment, MessageModel, MessageQueue
 from mqbalance.operator import group_reconciler, handover, membership, reconcile
 from mqbalance.operator.handover import Step
 
@@ -111,7 +111,7 @@ def override_at_once() -> None:
 def _queue_twice(doc: AssignmentDocument) -> AssignmentDocument:
     """``doc`` with one queue listed under a second member too: the first queue of the first member
     (by name) holding any, in the first topic where a member sorting after it exists."""
-    if doc.message_model != "CLUSTERING":
+    if doc.message_model is not MessageModel.CLUSTERING:
         return doc
     names = sorted(doc.members)
     for topic in sorted(doc.topics):

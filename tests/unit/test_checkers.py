@@ -14,7 +14,7 @@ import pytest
 from harness.e2e import Record, Score, journal_owners, score_variant
 from mqbalance.contract import AssignmentDocument, Release
 from mqbalance.journal import JournalRecord
-from mqbalance.model import MessageQueue, StrategyName, StrategySpec
+from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySpec
 from tests.integration.invariants import check_document, check_journal, consumer_problems
 from tests.integration.reliability.reliability_support import (
     GenerationWatcher,
@@ -44,7 +44,7 @@ def document(generation: int, share: Share, releasing: tuple[Release, ...] = ())
         group=GROUP,
         generation=generation,
         strategy="STICKY",
-        message_model="CLUSTERING",
+        message_model=MessageModel.CLUSTERING,
         computed_at=1.0,
         reason="test",
         members=dict.fromkeys(share, "zone-a"),
@@ -61,7 +61,7 @@ def record(generation: int, share: Share) -> JournalRecord:
         time=float(generation),
         reason="test",
         strategy=StrategySpec(StrategyName.STICKY),
-        message_model="CLUSTERING",
+        message_model=MessageModel.CLUSTERING,
         members=dict.fromkeys(share, "zone-a"),
         broker_zones={"broker-a": "zone-a"},
         queues=READABLE,

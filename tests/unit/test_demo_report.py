@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from harness.demo import report as demo_report
 from mqbalance.contract import AssignmentDocument
-from mqbalance.model import MessageQueue
+from mqbalance.model import MessageModel, MessageQueue
 
 
 def q(broker: str, queue_id: int, topic: str = "orders") -> MessageQueue:
@@ -18,7 +18,7 @@ def doc(generation: int, members: dict[str, str], held: dict[str, list[MessageQu
         group="g",
         generation=generation,
         strategy="STICKY",
-        message_model="CLUSTERING",
+        message_model=MessageModel.CLUSTERING,
         computed_at=0.0,
         reason="member-joined",
         members=members,

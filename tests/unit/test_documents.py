@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from mqbalance.contract import AssignmentDocument, DocumentError, decode_acks, read_topic_spec
+from mqbalance.contract import AssignmentDocument, DocumentError, HandoverMode, decode_acks, read_topic_spec
 from mqbalance.json_limits import MAX_DEPTH, JsonError, TooDeep, loads
+from mqbalance.model import MessageModel
 from mqbalance.sidecar import watch
 from tests.unit.sidecar.sidecar_support import FakeClock, document, make_config, make_state
 
@@ -53,6 +54,28 @@ GOOD = json.loads(document(3).encode())
 def test_an_unreadable_assignment_is_a_document_error(text: str, message: str) -> None:
     with pytest.raises(DocumentError, match=message):
         AssignmentDocument.decode(text)
+
+
+def test_the_handover_and_the_message_model_are_read_as_their_types_and_written_as_before() -> None:
+    text = json.dumps({**GOOD, "messageModel": "BROADCASTING", "handover": "Orderly"}, sort_keys=True)
+    doc = AssignmentDocument.decode(text)
+    assert doc.message_model is MessageModel.BROADCASTING
+    assert doc.handover is HandoverMode.ORDERLY
+    assert doc.encode() == text.replace(": ", ":").replace(", ", ",")  # the same bytes as written
+    plain = AssignmentDocument.decode(json.dumps({k: v for k, v in GOOD.items() if k != "messageModel"}))
+    assert (plain.message_model, plain.handover) == (MessageModel.CLUSTERING, HandoverMode.OFF)
+    assert "handover" not in plain.to_json()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "names"),
+    [("handover", "Eventually", "Off, Release, Orderly"), ("messageModel", None, "CLUSTERING, BROADCASTING")],
+)
+def test_a_handover_or_message_model_the_contract_does_not_name_is_a_document_error(
+    field: str, value: object, names: str
+) -> None:
+    with pytest.raises(DocumentError, match=f"{field} is {value!r}; expected one of {names}"):
+        AssignmentDocument.decode(json.dumps({**GOOD, field: value}))
 
 
 def test_the_sidecar_keeps_serving_when_its_configmap_turns_unreadable() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, HandoverSpec, Release
-from mqbalance.model import MessageQueue, StrategyName, StrategySpec
+from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySpec
 from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.strategies import allocate
 
@@ -29,7 +29,7 @@ def document(
 ) -> AssignmentDocument:
     members = {m: "z" for a in topics.values() for m in a}
     return AssignmentDocument(
-        "g", generation, "STICKY", "CLUSTERING", 0.0, "", members, topics, {}, mode.value, releasing
+        "g", generation, "STICKY", MessageModel.CLUSTERING, 0.0, "", members, topics, {}, mode, releasing
     )
 
 

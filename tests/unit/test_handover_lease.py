@@ -27,11 +27,11 @@ Q = [MessageQueue("t", "b", i) for i in range(4)]
 def doc(
     generation: int, topics: dict[str, tuple[MessageQueue, ...]], *releasing: Release
 ) -> AssignmentDocument:
-    mode = HandoverMode.RELEASE.value
     members = {m: "z" for m in topics}
     return AssignmentDocument(
-        "g", generation, "STICKY", "CLUSTERING", 0.0, "", members, {"t": topics}, {}, mode, releasing
-    )
+        "g", generation, "STICKY", MessageModel.CLUSTERING, 0.0, "", members, {"t": topics}, {},
+        HandoverMode.RELEASE, releasing,
+    )  # fmt: skip
 
 
 # -- spec ------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from mqbalance.contract import (
     Release,
     member_lease_name,
 )
-from mqbalance.model import MessageQueue
+from mqbalance.model import MessageModel, MessageQueue
 from mqbalance.operator.handover import Alive, step
 from mqbalance.operator.leases import LeaseTable, MemberLeases, lease_record
 from mqbalance.operator.membership import LEASE_LAPSED, PodInfo
@@ -142,7 +142,7 @@ def test_a_member_whose_lease_lapsed_is_revoked_and_its_queues_wait_for_the_floo
     assert set(out.document.members) == {"b"}, "a serves nothing: no member any more"
     assert out.document.releasing == (Release("a", out.document.generation, WALL, held),)
     assert out.document.topics["T"]["b"] == published.topics["T"]["b"], "nothing handed on yet"
-    assert out.lapsed == ("a",)
+    assert out.interest.lapsed == ("a",)
     assert {k: v for k, v in out.status["notServingPods"][0].items() if k != "message"} == {
         "name": "a",
         "reason": LEASE_LAPSED,
@@ -161,7 +161,7 @@ def test_a_member_whose_lease_lapsed_is_revoked_and_its_queues_wait_for_the_floo
     rejoined = reconcile(observe("Release", moved.document, back, now=WALL + 10))
     assert rejoined.document is not None
     assert set(rejoined.document.members) == {"a", "b"}
-    assert rejoined.lapsed == ()
+    assert rejoined.interest.lapsed == ()
 
 
 def test_a_member_never_seen_renewing_is_judged_by_its_pod() -> None:
@@ -200,8 +200,8 @@ SPEC = HandoverSpec(HandoverMode.RELEASE, release_timeout=1.0, lease=LEASE, rene
 def revoked_from_departed() -> tuple[AssignmentDocument, dict[str, dict[str, tuple[MessageQueue, ...]]]]:
     releasing = Release("a", 2, 100.0, (Q[0], Q[1]))
     document = AssignmentDocument(
-        "g", 2, "STICKY", "CLUSTERING", 100.0, "", {"c": "z"}, {"t": {"c": (Q[2], Q[3])}}, {},
-        "Release", (releasing,), LeaseTerms(LEASE, RENEW),
+        "g", 2, "STICKY", MessageModel.CLUSTERING, 100.0, "", {"c": "z"}, {"t": {"c": (Q[2], Q[3])}}, {},
+        HandoverMode.RELEASE, (releasing,), LeaseTerms(LEASE, RENEW),
     )  # fmt: skip
     return document, {"t": {"c": tuple(Q)}}
 
@@ -278,4 +278,4 @@ def test_the_reconcile_passes_the_leases_to_the_departed_rule() -> None:
 
 def test_outcome_fields_default_to_no_lease_wake() -> None:
     assert Outcome(None, {}).lease_wake_at is None
-    assert Outcome(None, {}).lapsed == ()
+    assert Outcome(None, {}).interest.lapsed == ()

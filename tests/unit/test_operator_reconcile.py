@@ -248,3 +248,32 @@ def test_a_topic_without_readable_queues_keeps_its_last_assignment() -> None:
     degraded = cond(out, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "NoReadableQueues")
     assert "topic(s) T have no readable queue" in degraded["message"]
+
+
+def test_the_outcome_says_which_changes_concern_the_group_from_now_on() -> None:
+    stranger = PodInfo("x", {"app": "other"}, "n2", True, True)
+    spec = {"topics": ["t"], "selector": {"matchLabels": {"app": "a"}}, "debounceSeconds": 5}
+    out = reconcile(observe([pod("p1"), pod("p2", "n2", ready=False), stranger], spec=spec))
+    interest = out.interest
+    assert interest.selector is not None
+    assert interest.selector.match_labels == {"app": "a"}
+    assert (interest.topics, interest.pods, interest.nodes) == (("t",), ("p1", "p2"), ("n1", "n2"))
+    assert (interest.debounce, interest.lapsed, interest.leased) == (5.0, (), False)
+    # A Topic missing: invalid, and still routed by its selector (the Topic may come).
+    missing = reconcile(observe([pod("p1")], spec={**spec, "topics": ["t", "u"]}))
+    assert missing.invalid
+    assert (missing.interest.topics, missing.interest.pods) == (("t", "u"), ("p1",))
+    # A spec that cannot be read: any change may matter; the Topics it names are still read.
+    unread = reconcile(observe([pod("p1")], spec={**spec, "selector": {"matchLabels": "app"}}))
+    assert unread.invalid
+    assert (unread.interest.selector, unread.interest.topics) == (None, ("t",))
+
+
+def test_a_handover_asks_for_its_releases_configmap_until_it_exists() -> None:
+    spec = {"topics": ["t"], "selector": {"matchLabels": {"app": "a"}}, "strategy": {"name": "STICKY"}}
+    release = {**spec, "handover": {"mode": "Release"}}
+    assert not reconcile(observe([pod("p1")], spec=spec)).ensure_releases
+    assert reconcile(observe([pod("p1")], spec=release)).ensure_releases
+    assert not reconcile(observe([pod("p1")], spec=release, releases_configmap=True)).ensure_releases
+    # Invalid (a Topic missing) with a handover: created all the same, before anyone acknowledges.
+    assert reconcile(observe([pod("p1")], spec={**release, "topics": ["u"]})).ensure_releases

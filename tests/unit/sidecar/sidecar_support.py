@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from mqbalance.contract import AssignmentDocument
-from mqbalance.model import Broker, MessageQueue, TopicRoute
+from mqbalance.model import Broker, MessageModel, MessageQueue, TopicRoute
 from mqbalance.producer import Generation, QueueSelector
 from mqbalance.sidecar.app import STATE, create_app
 from mqbalance.sidecar.config import SidecarConfig
@@ -64,7 +64,7 @@ def document(
         group=group,
         generation=generation,
         strategy="STICKY",
-        message_model="CLUSTERING",
+        message_model=MessageModel.CLUSTERING,
         computed_at=computed_at,
         reason=reason,
         members={m: (zones or {}).get(m, "zone-a") for m in members},

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.contract import AssignmentDocument, LeaseTerms, member_lease_name
+from mqbalance.contract import AssignmentDocument, HandoverMode, LeaseTerms, member_lease_name
 from mqbalance.kube import ApiError
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.app import create_app
@@ -27,7 +27,7 @@ TERMS = LeaseTerms(20.0, 5.0)
 
 
 def leased(generation: int, terms: LeaseTerms | None = TERMS) -> AssignmentDocument:
-    return replace(document(generation), handover="Release", lease=terms)
+    return replace(document(generation), handover=HandoverMode.RELEASE, lease=terms)
 
 
 def new_state(clock: FakeClock, *, enabled: bool = True) -> SidecarState:

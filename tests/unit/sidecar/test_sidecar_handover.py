@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.contract import Ack, AssignmentDocument, Release
+from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, Release
 from mqbalance.kube import ApiError
 from mqbalance.model import MessageQueue
 from mqbalance.sidecar import drain
@@ -55,7 +55,7 @@ def revoking(generation: int) -> AssignmentDocument:
         generation, {"orders": {POD: [("broker-a", 0)], OTHER: [("broker-b", 0), ("broker-b", 1)]}}
     )
     queue = MessageQueue("orders", "broker-a", 1)
-    return replace(doc, handover="Release", releasing=(Release(POD, generation, 100.0, (queue,)),))
+    return replace(doc, handover=HandoverMode.RELEASE, releasing=(Release(POD, generation, 100.0, (queue,)),))
 
 
 async def test_the_member_view_names_what_this_pod_must_release(aiohttp_client: AiohttpClient) -> None:
@@ -122,7 +122,7 @@ async def test_a_release_before_any_revocation_needs_no_releases_configmap(
     recorder.missing = True
     client = await client_with(aiohttp_client, recorder)
     state = state_of(client)
-    state.publish("orders", replace(document(2), handover="Release"))
+    state.publish("orders", replace(document(2), handover=HandoverMode.RELEASE))
     resp = await client.post("/v1/release", json={"generation": 2})
     assert resp.status == 200, await resp.text()
     answer = await resp.json()
@@ -151,7 +151,7 @@ async def test_drain_waits_until_this_pod_holds_and_releases_nothing(aiohttp_cli
     assert not waiting.done()
     # The operator gave everything away: this pod is no member, holds nothing, releases nothing.
     handed_over = document(5, {"orders": {OTHER: [("broker-a", 0), ("broker-a", 1), ("broker-b", 0)]}})
-    state.publish("orders", replace(handed_over, handover="Release"))
+    state.publish("orders", replace(handed_over, handover=HandoverMode.RELEASE))
     answer = await (await waiting).json()
     assert answer == {"group": "orders", "drained": True, "generation": 5}
     assert (await client.get("/v1/drain?timeout=x")).status == 400
@@ -166,7 +166,7 @@ async def test_the_drain_hook_drains_every_group_the_sidecar_serves(
     client = await aiohttp_client(app)
     state = state_of(client)
     handed_over = document(5, {"orders": {OTHER: [("broker-a", 0)]}})
-    state.publish("orders", replace(handed_over, handover="Release"))
+    state.publish("orders", replace(handed_over, handover=HandoverMode.RELEASE))
     state.publish("audit", revoking(4))  # still to release broker-a:1
     argv = ["--port", str(client.server.port), "--timeout", "0.5"]
     assert await asyncio.to_thread(drain.main, argv, {"MQBALANCE_GROUP": "orders, audit"}) == 0
