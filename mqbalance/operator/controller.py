@@ -1,5 +1,5 @@
-"""The controller, as controller-runtime's manager: the world's caches (world.py), one reconciler
-per kind (group_reconciler.py, topic_reconciler.py) and the workers that run them.
+"""The controller, as controller-runtime's manager: it has the world's caches (world.py), one
+reconciler per kind (group_reconciler.py, topic_reconciler.py) and the workers that run them.
 
 Workers take keys off the keyed work queue (workqueue.py); each key is reconciled by one worker
 at a time, level-based, from the whole observed state. No key is processed before every cache
@@ -13,23 +13,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from mqbalance.operator.group_reconciler import GroupReconciler
 from mqbalance.operator.journal import Journal
-from mqbalance.operator.metrics import LagFigures, OperatorMetrics
+from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
-from mqbalance.operator.state import GroupState, WorkKey, work_priority
 from mqbalance.operator.topic_reconciler import TopicReconciler
 from mqbalance.operator.workqueue import WorkQueue
-from mqbalance.operator.world import World
+from mqbalance.operator.world import WorkKey, World, work_priority
 from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
 
 
-class Controller(World):
-    """The world (the informers feed its ``on_*``), its reconcilers and the work loop."""
+class Controller:
+    """The world (the informers feed its ``on_*``, the lag loop its ``record_*``), the reconcilers
+    that read it and the work loop."""
 
     def __init__(
         self,
@@ -41,16 +40,17 @@ class Controller(World):
         queue: WorkQueue[WorkKey] | None = None,
         routes: RouteReader | None = None,
     ) -> None:
-        super().__init__(
+        self.world = World(
             queue=queue if queue is not None else WorkQueue(priority=work_priority),
             debounce_override=debounce_override,
         )
+        self.queue = self.world.queue
         self.metrics = metrics
         self.journal = journal
         self.owns: Callable[[str, str], bool] = lambda namespace, name: True
         """Whether this replica works on a group or a Topic's status (sharding: its shard is held here)."""
-        self.group_reconciler = GroupReconciler(self, writer, metrics, journal, clock)
-        self.topic_reconciler = TopicReconciler(self, writer, metrics, routes or RouteReader(), clock)
+        self.group_reconciler = GroupReconciler(self.world, writer, metrics, journal, clock)
+        self.topic_reconciler = TopicReconciler(self.world, writer, metrics, routes or RouteReader(), clock)
 
     @property
     def writer(self) -> Writer:
@@ -66,12 +66,12 @@ class Controller(World):
         Whatever one key's work raises (the reconcilers report what they catch on the resource;
         this is what escapes them), the worker goes on, as controller-runtime recovers a reconcile
         that panics: the key is logged, counted and retried with its backoff."""
-        await self.synced.wait()
+        await self.world.synced.wait()
         while True:
             key = await self.queue.get()
             try:
                 kind, namespace, name = key
-                if namespace in self.listing or not self.owns(namespace, name):
+                if namespace in self.world.listing or not self.owns(namespace, name):
                     continue
                 if kind == "group":
                     await self.group_reconciler.work(namespace, name)
@@ -83,9 +83,3 @@ class Controller(World):
                 self.metrics.reconcile_errors.labels("internal").inc()
             finally:
                 self.queue.done(key)
-
-    async def set_lag(
-        self, state: GroupState, lag: dict[str, Any], condition: tuple[str, str, str], figures: LagFigures
-    ) -> None:
-        """A reading of the lag loop (lagpoll.py), written by the group reconciler."""
-        await self.group_reconciler.set_lag(state, lag, condition, figures)

@@ -1,10 +1,12 @@
 """The ConsumerGroup reconciler: one group's observed state read from the world's caches,
-reconciled (reconcile.py is pure) and written: the ConfigMap, the status, the journal line, the
-metrics, the Events.
+reconciled (reconcile.py is pure) and its effects carried out: the ConfigMaps and the status
+through the group's publication (publication.py), the journal line, the metrics, the Events, the
+times to look again, and the group's interest handed to the world for routing later changes.
 
-A failed reconcile goes back on the work queue with its backoff; a conflict (someone else wrote
-the ConfigMap) at once, from a fresh read. The lag loop's readings (lagpoll.py) are written here
-too, so one writer keeps the group's conditions.
+It is the one writer of a group's status: the lag loop's readings (lagpoll.py) reach it through
+the world, and every status written carries the last one. A failed reconcile goes back on the
+work queue with its backoff; a conflict (someone else wrote the ConfigMap) at once, from a fresh
+read.
 """
 
 from __future__ import annotations
@@ -27,18 +29,15 @@ from mqbalance.contract import (
     releases_configmap_name,
 )
 from mqbalance.kube import ApiError, Conflict
-from mqbalance.operator.conditions import set_condition
 from mqbalance.operator.handover import Alive
 from mqbalance.operator.journal import Journal
-from mqbalance.operator.lagpoll import LAG_CONDITION, without_time
 from mqbalance.operator.leases import lease_record
-from mqbalance.operator.metrics import LagFigures, OperatorMetrics
+from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.reconcile import Observed, Outcome, decision_size, reconcile
 from mqbalance.operator.spec import selector_or_none
-from mqbalance.operator.state import GroupState
 from mqbalance.operator.status import reconcile_failed
-from mqbalance.operator.world import World
-from mqbalance.operator.writes import Writer, merge_patch, published_from
+from mqbalance.operator.world import CachedGroup, World
+from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
 
@@ -69,12 +68,12 @@ class GroupReconciler:
 
     async def work(self, namespace: str, name: str) -> None:
         """Reconcile the group, and requeue it as its result asks."""
-        state = self.world.groups.get((namespace, name))
-        if state is None:
+        group = self.world.groups.get((namespace, name))
+        if group is None:
             return
-        key = ("group", namespace, name)
+        key = group.work_key
         try:
-            outcome = await self.reconcile_group(state)
+            outcome = await self.reconcile_group(group)
         except ThreadBusy:
             # Another large group is being decided: this one's turn comes without holding a worker.
             self.world.queue.add_after(key, BUSY_RETRY_SECONDS)
@@ -82,81 +81,61 @@ class GroupReconciler:
         except Conflict as e:
             # Someone else wrote the ConfigMap: read it again and recompute at once.
             self.metrics.reconcile_errors.labels("conflict").inc()
-            state.published = None
-            state.reread = True
-            state.conflicts += 1
-            if state.conflicts <= CONFLICT_RETRIES:
+            if group.publication.conflicted() <= CONFLICT_RETRIES:
                 self.world.queue.add(key)
             else:
-                self._retry_later(state, "api", str(e))
+                self._retry_later(group, "api", str(e))
         except ApiError as e:
-            self._retry_later(state, "api", str(e))
+            self._retry_later(group, "api", str(e))
         except Exception as e:
             logger.exception("reconcile of %s/%s failed", namespace, name)
             error = f"{type(e).__name__}: {e}"
-            self._retry_later(state, "internal", error)
-            await self._report_failure(state, error)
+            self._retry_later(group, "internal", error)
+            await self._report_failure(group, error)
         else:
             self.world.queue.forget_failures(key)
-            state.conflicts = 0
+            group.publication.reconciled()
             result = "published" if outcome.document else "invalid" if outcome.invalid else "unchanged"
             self.metrics.reconciles.labels(result).inc()
 
-    def _retry_later(self, state: GroupState, kind: str, error: str) -> None:
+    def _retry_later(self, group: CachedGroup, kind: str, error: str) -> None:
         """Count, log and post the failure, and requeue the group with backoff."""
         self.metrics.reconcile_errors.labels(kind).inc()
         self.metrics.reconciles.labels("error").inc()
-        delay = self.world.queue.add_rate_limited(("group", state.namespace, state.name))
+        delay = self.world.queue.add_rate_limited(group.work_key)
         message = f"{error}; retrying in {delay:g}s"
-        logger.warning("%s/%s: %s", state.namespace, state.name, message)
-        self.writer.post_event(state.body, "Warning", "ReconcileFailed", message)
+        logger.warning("%s/%s: %s", group.namespace, group.name, message)
+        self.writer.post_event(group.body, "Warning", "ReconcileFailed", message)
 
-    async def _report_failure(self, state: GroupState, error: str) -> None:
+    async def _report_failure(self, group: CachedGroup, error: str) -> None:
         """A reconcile raised: Ready says why, the published assignment and its figures stay.
         (An API error does not get here: the status write would meet the API server's trouble too.)"""
-        current = state.written_status or {}
-        generation = int(state.body["metadata"].get("generation") or 0)
+        current = group.publication.status or {}
+        generation = int(group.body["metadata"].get("generation") or 0)
         status = reconcile_failed(current, error, self.clock(), generation)
         if status == current:  # the same failure again
             return
         try:
-            await self.writer.patch_status(
-                state.namespace, CONSUMER_GROUPS, state.name, merge_patch(state.written_status, status)
+            await group.publication.write_status(
+                self.writer, group.namespace, group.name, status, lambda: group.body.get("status")
             )
         except ApiError as e:
-            logger.warning("%s/%s: status not written: %s", state.namespace, state.name, e)
-            return
-        state.written_status = status
+            logger.warning("%s/%s: status not written: %s", group.namespace, group.name, e)
 
-    async def reconcile_group(self, state: GroupState) -> Outcome:
+    async def reconcile_group(self, group: CachedGroup) -> Outcome:
         started = time.perf_counter()
-        ns, name, body = state.namespace, state.name, state.body
-        finalizers = list(body["metadata"].get("finalizers") or [])
-        if LEGACY_FINALIZER in finalizers:
-            await self.writer.remove_finalizer(ns, CONSUMER_GROUPS, name, finalizers, LEGACY_FINALIZER)
-            finalizers.remove(LEGACY_FINALIZER)
-            state.body = body = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
-        if state.published is None:
-            if state.reread:
-                state.published = await self.writer.read_published(ns, name)
-                state.reread = False
-            else:
-                state.published = published_from(self.world.configmaps.get((ns, configmap_name(name))))
-            problem = state.published.problem
-            if problem and problem != state.reported_problem:
-                self.writer.post_event(
-                    body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced"
-                )
-            state.reported_problem = problem
-        previous = state.published.document
-        state.published.decoded = None  # between reconciles only its text is kept
+        ns, name = group.namespace, group.name
+        body = await self._without_legacy_finalizer(group)
+        publication = group.publication
+        cm_key = (ns, configmap_name(name))
+        previous, problem = await publication.read(self.writer, ns, name, self.world.configmaps.get(cm_key))
+        if problem:
+            self.writer.post_event(body, "Warning", "UnreadableAssignment", f"{problem}; it will be replaced")
         spec = dict(body.get("spec") or {})
         pods = self.world.pods.candidates(ns, selector_or_none(spec))
         nodes = {p.node_name for p in pods if p.node_name}
-        releases = self.world.configmaps.get((ns, releases_configmap_name(name))) or {}
-        # The hysteresis counts lag readings, not reconciles: a reconcile of a sample already
-        # counted starts again from the state before it.
-        fresh = state.rates is not None and state.rates_sample != state.load_sample
+        releases = self.world.configmaps.get((ns, releases_configmap_name(name)))
+        loads, load_state, load_target = group.load.observed()
         observed = Observed(
             namespace=ns,
             name=name,
@@ -168,64 +147,67 @@ class GroupReconciler:
             previous=previous,
             now=self.clock(),
             generation=int(body["metadata"].get("generation") or 0),
-            status=state.written_status or {},
-            acks=decode_acks(releases.get("data")),
+            status=publication.status or {},
+            acks=decode_acks((releases or {}).get("data")),
             alive=self._alive(ns, previous),
-            loads=state.rates,
-            load_state=state.load_state if fresh else state.load_base,
-            load_target=state.load_target,
-            leases=self.world.member_leases(state),
-            releases_configmap=bool(releases) or state.releases_made,
+            loads=loads,
+            load_state=load_state,
+            load_target=load_target,
+            leases=self.world.member_leases(group),
+            releases_configmap=releases is not None or publication.releases_made,
+            lag=group.lag,
         )
         computing = time.perf_counter()
         outcome = await self.decide(observed)
         compute_seconds = time.perf_counter() - computing
         if await self._lease_renewed_meanwhile(ns, previous, observed, outcome):
             # The watch lagged: judge again with what the API server says.
-            observed = replace(observed, leases=self.world.member_leases(state))
+            observed = replace(observed, leases=self.world.member_leases(group))
             outcome = await self.decide(observed)
-        self.world.remember(state, outcome)
+        self.world.route(group, outcome.interest)
+        group.load.keep(outcome)
         if outcome.ensure_releases:
             # Before anyone is asked to acknowledge, and early enough for applications that
             # acknowledge the generation they first read.
-            await self.writer.ensure_releases(body)
-            state.releases_made = True
+            await publication.ensure_releases(self.writer, body)
         if outcome.document is not None:
-            state.writing = []
-            try:
-                state.published = await self.writer.publish(body, outcome.document, state.published)
-            finally:
-                seen, state.writing = state.writing, None
-            if all(version == state.published.resource_version for version in seen):
-                state.published.share(self.world.configmaps.get((ns, configmap_name(name))))  # back already?
-            else:  # changed or deleted by someone else right after our write: read it again
-                state.published = None
-                self.world.enqueue(state)
+            if await publication.publish(
+                self.writer, body, outcome.document, lambda: self.world.configmaps.get(cm_key)
+            ):
+                self.world.enqueue(group)  # changed or deleted by someone else right after our write
             if outcome.journal is not None:
                 self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
             self.metrics.rebalances.labels(outcome.document.reason).inc()
             if outcome.figures is not None:
                 self.metrics.queues_moved.inc(outcome.figures.moved)
             self.metrics.rebalance_duration.observe(time.perf_counter() - started)
-        status = with_lag(outcome.status, state.lag, state.lag_condition)
-        if status != state.written_status:
-            await self.writer.patch_status(
-                ns, CONSUMER_GROUPS, name, merge_patch(state.written_status, status)
-            )
-            # The watch may have brought the patched status back already: keep that copy then.
-            cached = state.body.get("status")
-            state.written_status = cached if cached == status else status
-        state.invalid = outcome.invalid
+        await publication.write_status(
+            self.writer, ns, name, outcome.status, lambda: group.body.get("status")
+        )
         for note in outcome.notes:
             self.writer.post_event(body, note.type, note.reason, note.message)
         if outcome.handover is not None:
             self.metrics.observe_handover(outcome.handover)
         if outcome.wake_at is not None:  # a release may time out then
-            self.world.queue.add_after(("group", ns, name), max(0.0, outcome.wake_at - self.clock()))
+            self.world.queue.add_after(group.work_key, max(0.0, outcome.wake_at - self.clock()))
         if outcome.lease_wake_at is not None:  # a member Lease may lapse, or have been silent enough, then
             delay = outcome.lease_wake_at - self.world.monotonic()
-            self.world.queue.add_after(("group", ns, name), max(0.0, delay))
+            self.world.queue.add_after(group.work_key, max(0.0, delay))
         return outcome
+
+    async def _without_legacy_finalizer(self, group: CachedGroup) -> Mapping[str, Any]:
+        """The group's object, rid of operator 0.1's finalizer if it still had it."""
+        body = group.body
+        finalizers = list(body["metadata"].get("finalizers") or [])
+        if LEGACY_FINALIZER not in finalizers:
+            return body
+        await self.writer.remove_finalizer(
+            group.namespace, CONSUMER_GROUPS, group.name, finalizers, LEGACY_FINALIZER
+        )
+        finalizers.remove(LEGACY_FINALIZER)
+        body = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
+        self.world.wrote(group, body)
+        return body
 
     async def decide(self, observed: Observed) -> Outcome:
         """The pure reconcile of ``observed``: at once for most groups; for a large one (see
@@ -275,58 +257,6 @@ class GroupReconciler:
                 alive.add(pod_name)
         return Alive(alive, departed)
 
-    # -- lag, from the lag loop (lagpoll.py) ----------------------------------------------------------
-
-    async def set_lag(
-        self,
-        state: GroupState,
-        lag: dict[str, Any],
-        condition: tuple[str, str, str],
-        figures: LagFigures,
-    ) -> None:
-        """Take a reading of the group's lag: metrics at once, ``status.lag`` written when it changed.
-
-        A change of the LagAvailable condition goes through the group's work queue (the worker
-        writes the conditions, so two writers never race on them); the figures alone are a merge
-        patch of ``status.lag``, which touches nothing else. Never raises for the API server.
-        """
-        if self.world.groups.get((state.namespace, state.name)) is not state:
-            return  # deleted meanwhile
-        state.lag_figures = figures
-        kind, reason, message = condition
-        old = state.lag_condition or next(
-            (
-                c
-                for c in (state.written_status or {}).get("conditions") or []
-                if c.get("type") == LAG_CONDITION
-            ),
-            None,
-        )
-        generation = int(state.body["metadata"].get("generation") or 0)
-        if old is None or (old.get("status"), old.get("reason"), old.get("message")) != condition:
-            state.lag_condition = set_condition(
-                [dict(old)] if old else [], LAG_CONDITION, kind, reason, message, self.clock(), generation
-            )[0]
-            if kind == "True":
-                logger.info("%s/%s: lag read from every broker again", state.namespace, state.name)
-            else:
-                logger.warning("%s/%s: lag partly unknown: %s", state.namespace, state.name, message)
-            state.lag = lag
-            self.world.enqueue(state)
-            return
-        state.lag_condition = dict(old)
-        written = (state.written_status or {}).get("lag")
-        state.lag = lag
-        if without_time(written) == without_time(lag) or state.written_status is None:
-            return
-        try:
-            await self.writer.patch_status(state.namespace, CONSUMER_GROUPS, state.name, {"lag": lag})
-        except ApiError as e:
-            logger.info("%s/%s: status.lag not written: %s", state.namespace, state.name, e)
-            return
-        if state.written_status is not None:
-            state.written_status = {**state.written_status, "lag": lag}
-
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -370,18 +300,3 @@ def snapshot(observed: Observed) -> Observed:
     if leases is not None:
         leases = replace(leases, changed=dict(leases.changed))
     return replace(observed, topics=dict(observed.topics), routes=dict(observed.routes), leases=leases)
-
-
-def with_lag(
-    status: dict[str, Any], lag: Mapping[str, Any] | None, condition: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """The reconcile's status with the lag loop's ``status.lag`` and LagAvailable condition."""
-    if lag is None and condition is None:
-        return status
-    out = dict(status)
-    if lag is not None:
-        out["lag"] = lag
-    if condition is not None:
-        rest = [c for c in out.get("conditions") or [] if c.get("type") != LAG_CONDITION]
-        out["conditions"] = [*rest, dict(condition)]
-    return out

@@ -1,13 +1,14 @@
 """The lag loop: every group's offsets read from its brokers on an interval of its own.
 
-Off the reconcile path: a task of its own reads each group's offsets (:mod:`offsets`), computes
-its lag per queue, per member of the published assignment and in total, and the consume and
-produce rates from the sample before (the produce rate of each queue also goes to the groups
-whose STICKY balances load: ``World.on_rates``), and hands the result to the controller
-(:meth:`Controller.set_lag`), which writes ``status.lag`` and keeps the ``LagAvailable``
-condition. A broker that cannot be reached or refuses the query never fails or delays a
-reconcile: the figures of the brokers that answered are shown, the condition says which did not
-and why, and the published assignment stays as it is.
+A source, as the informers are, off the reconcile path: a task of its own reads each group's
+offsets (:mod:`offsets`), computes its lag per queue, per member of the published assignment and
+in total, and the consume and produce rates from the sample before, and records the reading in the
+world (``World.record_lag``; the produce rate of each queue also goes to the groups whose STICKY
+balances load: ``World.record_rates``), which queues the group when the reading says something new.
+The group reconciler, the one writer of a group's status, writes ``status.lag`` and the
+``LagAvailable`` condition from it. A broker that cannot be reached or refuses the query never
+fails or delays a reconcile: the figures of the brokers that answered are shown, the condition
+says which did not and why, and the published assignment stays as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mqbalance.contract import AssignmentDocument, DocumentError
 from mqbalance.lag import (
@@ -33,16 +34,16 @@ from mqbalance.lag import (
 )
 from mqbalance.model import Assignment, MessageModel, MessageQueue
 from mqbalance.operator.conditions import rfc3339
-from mqbalance.operator.metrics import LagFigures
+from mqbalance.operator.metrics import LagFigures, OperatorMetrics
+from mqbalance.operator.observation import LagReading
 from mqbalance.operator.offsets import BrokerFailure, OffsetReader
-
-if TYPE_CHECKING:
-    from mqbalance.operator.controller import Controller
-    from mqbalance.operator.state import GroupState
+from mqbalance.operator.status import LAG_CONDITION
+from mqbalance.operator.world import CachedGroup, World
 
 logger = logging.getLogger("mqbalance.operator")
 
-LAG_CONDITION = "LagAvailable"
+__all__ = ["LAG_CONDITION", "LagPoller", "LagSettings", "lag_condition", "lag_status"]
+
 DEFAULT_INTERVAL = 30.0
 """Seconds between two readings of a group's offsets."""
 MOST_BEHIND = 5
@@ -143,11 +144,14 @@ def lag_condition(failures: Sequence[BrokerFailure], read_queues: int) -> tuple[
 
 @dataclass(eq=False)
 class LagPoller:
-    """Reads every group's offsets each ``settings.interval`` seconds and reports them."""
+    """Reads every group's offsets each ``settings.interval`` seconds and records them in the world."""
 
-    controller: Controller
+    world: World
     reader: OffsetReader
     settings: LagSettings
+    metrics: OperatorMetrics
+    owns: Callable[[str, str], bool] = lambda namespace, name: True
+    """Whether this replica works on a group (sharding: its shard is held here)."""
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
     samples: dict[tuple[str, str], Sample] = field(default_factory=dict, init=False)
@@ -161,7 +165,7 @@ class LagPoller:
 
     async def run(self) -> None:
         """Until cancelled: a round over every group, then wait out the rest of the interval."""
-        await self.controller.synced.wait()
+        await self.world.synced.wait()
         while True:
             started = self.monotonic()
             try:
@@ -172,9 +176,8 @@ class LagPoller:
             await asyncio.sleep(max(0.0, self.settings.interval - (self.monotonic() - started)))
 
     async def poll_once(self) -> None:
-        controller = self.controller
-        groups = [s for key, s in list(controller.groups.items()) if controller.owns(*key)]
-        keys = {(s.namespace, s.name) for s in groups}
+        groups = [g for key, g in list(self.world.groups.items()) if self.owns(*key)]
+        keys = {(g.namespace, g.name) for g in groups}
         for gone in set(self.samples) - keys:
             del self.samples[gone]
         for gone in set(self.capacity) - keys:
@@ -184,27 +187,27 @@ class LagPoller:
         self.reader.begin_round()
         limit = asyncio.Semaphore(GROUPS_AT_ONCE)
 
-        async def one(state: GroupState) -> None:
+        async def one(group: CachedGroup) -> None:
             async with limit:
-                await self.poll_group(state)
+                await self.poll_group(group)
 
-        await asyncio.gather(*(one(s) for s in groups))
+        await asyncio.gather(*(one(g) for g in groups))
 
-    async def poll_group(self, state: GroupState) -> None:
-        key = (state.namespace, state.name)
-        document = self._document(state)
+    async def poll_group(self, group: CachedGroup) -> None:
+        key = (group.namespace, group.name)
+        document = self._document(group)
         if document is None or document.message_model is MessageModel.BROADCASTING:
             # Nothing published yet: no member to split the lag by. Broadcasting consumers keep
             # their offsets locally, so the broker's figures mean nothing for them.
             return
-        topics = self.controller.lag_topics(state, list(document.topics))
+        topics = self.world.lag_topics(group, list(document.topics))
         named = any(addresses for _, addresses in topics)
         if not topics or (not named and not self.reader.default_name_server):
             return  # no NameServer to ask: lag is not measured for this group
-        secrets = self.controller.lag_secrets(state, [topic for topic, _ in topics])
-        credentials = {t: await self.reader.credentials(state.namespace, s, t) for t, s in secrets.items()}
+        secrets = self.world.lag_secrets(group, [topic for topic, _ in topics])
+        credentials = {t: await self.reader.credentials(group.namespace, s, t) for t, s in secrets.items()}
         read = await self.reader.read_group(document.group, topics, credentials)
-        self.controller.metrics.observe_lag_read(read.requests, [f.reason for f in read.failures])
+        self.metrics.observe_lag_read(read.requests, [f.reason for f in read.failures])
         sample = Sample(self.monotonic(), read.offsets)
         before = self.samples.get(key)
         rate = rates(before, sample) if not read.failures else None
@@ -249,14 +252,18 @@ class LagPoller:
             load_spread=spread,
             recommended_members=recommended,
         )
-        await self.controller.set_lag(state, status, condition, figures)
+        if self.world.record_lag(group, LagReading(status, condition), figures):
+            if condition[0] == "True":
+                logger.info("%s/%s: lag read from every broker again", group.namespace, group.name)
+            else:
+                logger.warning("%s/%s: lag partly unknown: %s", group.namespace, group.name, condition[2])
         if per_queue is not None:
-            self.controller.on_rates(state, per_queue)  # a group balanced by load reconciles with them
+            self.world.record_rates(group, per_queue)  # a group balanced by load reconciles with them
 
-    def _document(self, state: GroupState) -> AssignmentDocument | None:
+    def _document(self, group: CachedGroup) -> AssignmentDocument | None:
         """The published document, decoded once per version."""
-        published = state.published
-        key = (state.namespace, state.name)
+        published = group.publication.configmap
+        key = (group.namespace, group.name)
         if published is None or published.text is None:
             cached = self._documents.get(key)
             return cached[1] if cached else None
@@ -269,8 +276,3 @@ class LagPoller:
             return None
         self._documents[key] = (published.resource_version, document)
         return document
-
-
-def without_time(status: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``status.lag`` without its sample time: what decides whether it is worth a write."""
-    return {k: v for k, v in (status or {}).items() if k != "sampledAt"}

@@ -1,12 +1,13 @@
-"""STICKY with ``load``: the assignment that evens out the measured rates, for one reconcile."""
+"""STICKY with ``load``: the assignment that evens out the measured rates, for one reconcile, and
+what a group keeps of them between reconciles (:class:`LoadTracker`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from mqbalance.model import Assignment, MessageQueue, Zones
-from mqbalance.operator.observation import Observed
+from mqbalance.operator.observation import Observed, Outcome
 from mqbalance.operator.spec import GroupSpec
 from mqbalance.strategies import LoadState, allocate_group, balance_group
 
@@ -63,3 +64,64 @@ def balance_by_load(
         ),
         None,
     )
+
+
+NO_STREAK = LoadState()
+"""The hysteresis state with no imbalance counted (one object for every group)."""
+
+
+@dataclass(slots=True, eq=False)
+class LoadTracker:
+    """One group's measured rates and the load-aware strategy's hysteresis, between reconciles: the
+    lag loop hands rates in (:meth:`take`), each reconcile reads them (:meth:`observed`) and keeps
+    what it decided (:meth:`keep`). A group balanced otherwise keeps none."""
+
+    aware: bool = False
+    """Its strategy is STICKY with ``load`` (CLUSTERING), as of the last reconcile: new rates reconcile it."""
+    rates: dict[MessageQueue, float] | None = None
+    """Each queue's produce rate from the lag loop's last two readings."""
+    sample: int = 0
+    """Counts the rates handed in: a reconcile advances the hysteresis once per sample."""
+    counted: int = 0
+    """The sample ``state`` has counted."""
+    base: LoadState = NO_STREAK
+    """The hysteresis state before that sample: a reconcile of the same sample starts from it again."""
+    state: LoadState = NO_STREAK
+    target: dict[str, tuple[MessageQueue, ...]] | None = None
+    """The assignment the load-aware strategy last computed (where queues in a handover go)."""
+
+    def take(self, rates: Mapping[MessageQueue, float]) -> bool:
+        """New per-queue produce rates; whether the group balances by them (then it reconciles)."""
+        if not self.aware:
+            self.rates = None
+            return False
+        self.rates = dict(rates)
+        self.sample += 1
+        return True
+
+    def observed(
+        self,
+    ) -> tuple[dict[MessageQueue, float] | None, LoadState, dict[str, tuple[MessageQueue, ...]] | None]:
+        """The rates, hysteresis state and target a reconcile reads. The hysteresis counts lag
+        readings, not reconciles: a reconcile of a sample already counted starts again from the
+        state before it."""
+        fresh = self.rates is not None and self.sample != self.counted
+        return self.rates, self.state if fresh else self.base, self.target
+
+    def keep(self, outcome: Outcome) -> None:
+        """Keep the hysteresis and target a reconcile computed; forget them when load is not set."""
+        if outcome.invalid:
+            return  # nothing is published while invalid: what was measured stays for when it is valid
+        if outcome.load_target is None:  # not STICKY with load (or BROADCASTING)
+            self.aware = False
+            self.rates = self.target = None
+            self.base = self.state = NO_STREAK
+            self.counted = self.sample
+            return
+        self.aware = True
+        self.target = dict(outcome.load_target)
+        if outcome.load_state is not None:
+            if self.counted != self.sample:  # this reconcile counted a new sample
+                self.base = self.state
+                self.counted = self.sample
+            self.state = outcome.load_state

@@ -23,6 +23,29 @@ from mqbalance.quality import Figures
 from mqbalance.strategies import LoadState
 
 
+@dataclass(frozen=True, slots=True)
+class LagReading:
+    """The lag loop's last reading of a group (lagpoll.py): what the status shows of it."""
+
+    lag: Mapping[str, Any]
+    """``status.lag``."""
+    available: tuple[str, str, str]
+    """The LagAvailable condition's status, reason and message."""
+
+    def same(self, other: LagReading | None) -> bool:
+        """Whether ``other`` says the same, the time of its sample aside (a new time alone is not
+        worth a status write)."""
+        return (
+            other is not None
+            and self.available == other.available
+            and _untimed(self.lag) == _untimed(other.lag)
+        )
+
+
+def _untimed(lag: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in lag.items() if k != "sampledAt"}
+
+
 @dataclass(frozen=True)
 class Observed:
     """Everything one reconcile of a group reads."""
@@ -64,6 +87,8 @@ class Observed:
     Lease has been silent for leaseSeconds + leaseMarginSeconds."""
     releases_configmap: bool = False
     """Whether the group's releases ConfigMap exists (or was created): where ``acks`` are read."""
+    lag: LagReading | None = None
+    """The lag loop's last reading (None: none yet, the status keeps the lag it shows)."""
 
     def lacks_releases(self, spec: GroupSpec) -> bool:
         """Whether the group's handover waits for acknowledgements in a releases ConfigMap it has not."""
@@ -80,7 +105,7 @@ class Note:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Interest:
     """Which changes concern a group until its next reconcile: the world routes pod, node, Topic
     and Lease changes to it by this."""

@@ -2,8 +2,10 @@
 
 No I/O and no clock of its own (controller-runtime style): whatever event woke the
 operator, the same observation gives the same document, status and journal line.
-The caller writes the document (when there is one), then the status, then posts
-the notes as Events.
+The outcome is a list of effects the caller carries out as they are: the releases
+ConfigMap created when asked for, the document written (when there is one), then the
+status, the notes posted as Events, the group looked at again at the times given, and
+its interest kept for routing later changes to it.
 
 Rules:
 - the document is published only when the assignment, members, zones or strategy
@@ -15,6 +17,8 @@ Rules:
 - no members is a real state: the group publishes an assignment with no members
   (so no sidecar keeps serving queues of pods that are gone), Ready=False and
   Degraded=True;
+- the lag loop's last reading (``lag``) is in every status written: ``status.lag`` and the
+  LagAvailable condition;
 - STICKY with ``load`` balances the per-queue rates of the observation (``loads``), with the
   hysteresis state the caller kept (``load_state``) in and the next one out; a generation
   published only because load moved queues has reason ``load-imbalance``. Without rates it is
@@ -49,7 +53,7 @@ from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members
 from mqbalance.operator.observation import Interest, Note, Observed, Outcome
 from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
-from mqbalance.operator.status import group_status, int_field
+from mqbalance.operator.status import group_status, int_field, with_lag
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, LoadState, allocate_group
 
@@ -64,6 +68,11 @@ def decision_size(obs: Observed) -> int:
 
 
 def reconcile(obs: Observed) -> Outcome:
+    outcome = _decide(obs)
+    return replace(outcome, status=with_lag(outcome.status, obs))
+
+
+def _decide(obs: Observed) -> Outcome:
     try:
         spec = parse_group(obs.name, obs.spec)
     except OverBound as e:

@@ -35,6 +35,7 @@ from mqbalance.operator.offsets import OffsetReader
 from mqbalance.operator.scopes import NamespaceScopes
 from mqbalance.operator.settings import OperatorConfig
 from mqbalance.operator.shards import ShardChanges, Shards, ShardSetCheck, run_shards
+from mqbalance.operator.world import World
 from mqbalance.operator.writes import Writer
 
 logger = logging.getLogger("mqbalance.operator")
@@ -80,9 +81,9 @@ class Runtime:
         writer = Writer(client)
         metrics = OperatorMetrics(
             registry,
-            lambda: self.controller.gauges() if self.controller else [],
+            lambda: self.controller.world.gauges() if self.controller else [],
             self.leadership,
-            lambda: self.controller.lag_gauges() if self.controller else [],
+            lambda: self.controller.world.lag_gauges() if self.controller else [],
         )
         writer.on_event_dropped = metrics.events_dropped.inc
         self.controller = Controller(
@@ -120,15 +121,15 @@ class Runtime:
             else:
                 elector = await self._elect(leases, lease)
         if scopes is None:
-            informers = create_informers(client, controller, config)
+            informers = create_informers(client, controller.world, config)
         else:
-            informers = [Informer(client, "/api/v1/nodes", node_labels, controller.on_node)]
+            informers = [Informer(client, "/api/v1/nodes", node_labels, controller.world.on_node)]
             if config.all_namespaces:
                 informers.append(Informer(client, "/api/v1/namespaces", _present, scopes.on_namespace))
             else:
                 scopes.set_known(config.namespaces)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
-        tasks.append(asyncio.create_task(wait_synced(controller, informers), name="synced"))
+        tasks.append(asyncio.create_task(wait_synced(controller.world, informers), name="synced"))
         self._workers = [
             asyncio.create_task(controller.run_worker(), name="worker") for _ in range(config.workers)
         ]
@@ -142,11 +143,13 @@ class Runtime:
                 secrets=lambda namespace, name: client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}"),
             )
             self.lag = LagPoller(
-                controller,
+                controller.world,
                 reader,
                 LagSettings(
                     config.lag_interval, config.lag_queue_metrics, drain_seconds=config.lag_drain_seconds
                 ),
+                controller.metrics,
+                controller.owns,
             )
             tasks.append(asyncio.create_task(self.lag.run(), name="lag"))
         self._tasks += tasks
@@ -176,8 +179,8 @@ class Runtime:
         controller.owns = shards.owns
         if config.shard_by == "namespace":
             scopes = self._scopes = NamespaceScopes(
-                controller,
-                lambda scope: namespace_informers(client, controller, scope),
+                controller.world,
+                lambda scope: namespace_informers(client, controller.world, scope),
                 lambda ns: shards.shard(ns, "") in shards.owned,
             )
 
@@ -188,7 +191,7 @@ class Runtime:
             if scopes is not None:
                 scopes.update()  # a namespace's groups are worked on once it is listed
             if step.gained or step.retry:
-                controller.resync(
+                controller.world.resync(
                     lambda ns, name: shards.shard(ns, name) in step.gained or (ns, name) in step.retry
                 )
 
@@ -226,7 +229,7 @@ class Runtime:
         """What /healthz answers; with ``problems`` it fails (the liveness probe restarts the pod)."""
         if self.standby:
             return {"standby": True, "groups": 0}
-        health: dict[str, Any] = {"groups": len(self.controller.groups) if self.controller else 0}
+        health: dict[str, Any] = {"groups": len(self.controller.world.groups) if self.controller else 0}
         if self.controller is not None:
             queue = self.controller.queue
             health["work"] = {"queued": len(queue), "working": queue.busy, "later": queue.waiting}
@@ -256,7 +259,7 @@ class Runtime:
         assert controller is not None
         stalled = controller.queue.stalled_for()
         deadline = self.config.progress_deadline
-        if controller.synced.is_set() and stalled >= deadline:
+        if controller.world.synced.is_set() and stalled >= deadline:
             busy = ", ".join(" ".join((k[0], f"{k[1]}/{k[2]}")) for k in sorted(controller.queue.active()))
             problems.append(
                 f"{len(controller.queue)} keys queued and none taken or finished for {stalled:.0f} s "
@@ -295,31 +298,29 @@ def _ending(task: asyncio.Task[None]) -> str:
     return type(error).__name__ if error is not None else "returned"
 
 
-def create_informers(
-    client: KubeClient, controller: Controller, config: OperatorConfig
-) -> list[Informer[Any]]:
+def create_informers(client: KubeClient, world: World, config: OperatorConfig) -> list[Informer[Any]]:
     """ConsumerGroups, Topics, Pods and our ConfigMaps in every served namespace (or all), all Nodes."""
     scopes = [""] if config.all_namespaces else [f"/namespaces/{ns}" for ns in config.namespaces]
-    informers: list[Informer[Any]] = [Informer(client, "/api/v1/nodes", node_labels, controller.on_node)]
+    informers: list[Informer[Any]] = [Informer(client, "/api/v1/nodes", node_labels, world.on_node)]
     for scope in scopes:
-        informers += namespace_informers(client, controller, scope)
+        informers += namespace_informers(client, world, scope)
     return informers
 
 
-def namespace_informers(client: KubeClient, controller: Controller, scope: str) -> list[Informer[Any]]:
+def namespace_informers(client: KubeClient, world: World, scope: str) -> list[Informer[Any]]:
     """ConsumerGroups, Topics, Pods, our ConfigMaps and the member Leases under ``scope``
     (``/namespaces/<ns>``, or "": all)."""
-    if controller.leases is None:
-        controller.leases = LeaseTable()  # watched: a member without a Lease is judged as one
+    if world.leases is None:
+        world.leases = LeaseTable()  # watched: a member without a Lease is judged as one
     return [
-        Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, controller.on_group),
-        Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, controller.on_topic),
-        Informer(client, f"/api/v1{scope}/pods", pod_info, controller.on_pod),
+        Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, world.on_group),
+        Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, world.on_topic),
+        Informer(client, f"/api/v1{scope}/pods", pod_info, world.on_pod),
         Informer(
             client,
             f"/api/v1{scope}/configmaps",
             configmap_snapshot,
-            controller.on_configmap,
+            world.on_configmap,
             label_selector=CONFIGMAP_SELECTOR,
         ),
         # Time-bounded ownership: when each member's sidecar last renewed (handover Release, Orderly).
@@ -327,24 +328,24 @@ def namespace_informers(client: KubeClient, controller: Controller, scope: str) 
             client,
             f"/apis/coordination.k8s.io/v1{scope}/leases",
             lease_record,
-            controller.on_lease,
+            world.on_lease,
             label_selector="=".join(MEMBER_LEASE_LABEL),
         ),
     ]
 
 
-async def wait_synced(controller: Controller, informers: list[Informer[Any]]) -> None:
+async def wait_synced(world: World, informers: list[Informer[Any]]) -> None:
     await asyncio.gather(*(informer.synced.wait() for informer in informers))
-    controller.synced.set()
+    world.synced.set()
     logger.info(
         "listed %d groups, %d topics, %d pods, %d nodes, %d assignment ConfigMaps, %d member Leases; "
         "groups reconcile now",
-        len(controller.groups),
-        len(controller.topics),
-        len(controller.pods),
-        len(controller.node_labels),
-        len(controller.configmaps),
-        len(controller.leases or ()),
+        len(world.groups),
+        len(world.topics),
+        len(world.pods),
+        len(world.node_labels),
+        len(world.configmaps),
+        len(world.leases or ()),
     )
 
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from mqbalance.kube import Informer
-from mqbalance.operator.controller import Controller
+from mqbalance.operator.world import World
 
 logger = logging.getLogger("mqbalance.operator.scopes")
 
@@ -26,10 +26,8 @@ InformerFactory = Callable[[str], list[Informer[object]]]
 class NamespaceScopes:
     """The informers of the namespaces this replica holds, started and stopped as that changes."""
 
-    def __init__(
-        self, controller: Controller, informers: InformerFactory, wanted: Callable[[str], bool]
-    ) -> None:
-        self.controller = controller
+    def __init__(self, world: World, informers: InformerFactory, wanted: Callable[[str], bool]) -> None:
+        self.world = world
         self._informers = informers
         self._wanted = wanted
         self.known: set[str] = set()
@@ -70,7 +68,7 @@ class NamespaceScopes:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _start(self, namespace: str) -> None:
-        self.controller.listing.add(namespace)
+        self.world.listing.add(namespace)
         informers = self._informers(f"/namespaces/{namespace}")
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
         tasks.append(asyncio.create_task(self._listed(namespace, informers), name=f"listing {namespace}"))
@@ -81,10 +79,10 @@ class NamespaceScopes:
         # change before it ends: nothing of the namespace comes back after it is forgotten.
         for task in self._running.pop(namespace):
             task.cancel()
-        self.controller.forget_namespace(namespace)
+        self.world.forget_namespace(namespace)
         logger.info("namespace %s: no longer watched here", namespace)
 
     async def _listed(self, namespace: str, informers: list[Informer[object]]) -> None:
         await asyncio.gather(*(i.synced.wait() for i in informers))
         logger.info("namespace %s: listed; its groups are worked on here", namespace)
-        self.controller.listed(namespace)
+        self.world.listed(namespace)

@@ -7,18 +7,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mqbalance.contract import configmap_name
 from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel
-from mqbalance.operator.conditions import rfc3339
+from mqbalance.operator.conditions import condition, rfc3339
 from mqbalance.operator.conditions import set_condition as _set_condition
 from mqbalance.operator.handover import Step
 from mqbalance.operator.membership import PodInfo, not_serving
 from mqbalance.operator.spec import GroupSpec
+
+if TYPE_CHECKING:
+    from mqbalance.operator.observation import LagReading
 from mqbalance.quality import Figures
 
 CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
+LAG_CONDITION = "LagAvailable"
+"""Set from the lag loop's readings (lagpoll.py), after the others."""
 MAX_NOT_SERVING_LISTED = 10
 """Pods listed by name in status.notServingPods; status.notServing counts them all."""
 
@@ -36,6 +41,8 @@ class Observation(Protocol):
     def now(self) -> float: ...
     @property
     def generation(self) -> int: ...
+    @property
+    def lag(self) -> LagReading | None: ...
 
 
 set_condition = partial(_set_condition, order=CONDITION_TYPES)
@@ -186,6 +193,25 @@ def group_status(
         if handover.releasing:
             status["handover"]["since"] = rfc3339(min(r.since for r in handover.releasing))
     return status
+
+
+def with_lag(status: dict[str, Any], obs: Observation) -> dict[str, Any]:
+    """``status`` with the lag loop's last reading: ``status.lag`` and the LagAvailable condition
+    (its transition time kept while it says the same). Without a reading, the lag the status
+    showed stays."""
+    reading = obs.lag
+    if reading is None:
+        lag = obs.status.get("lag")
+        return status if lag is None else {**status, "lag": lag}
+    old = condition(obs.status, LAG_CONDITION)
+    kind, reason, message = reading.available
+    if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == reading.available:
+        available = dict(old)
+    else:
+        before = [dict(old)] if old else []
+        available = _set_condition(before, LAG_CONDITION, kind, reason, message, obs.now, obs.generation)[0]
+    rest = [c for c in status.get("conditions") or [] if c.get("type") != LAG_CONDITION]
+    return {**status, "lag": reading.lag, "conditions": [*rest, available]}
 
 
 def not_serving_summary(pods: Sequence[PodInfo]) -> str:

@@ -15,9 +15,8 @@ from mqbalance.contract import TOPIC_KIND, TOPICS, TopicSpec, read_topic_spec
 from mqbalance.kube import ApiError
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
-from mqbalance.operator.state import TopicState
 from mqbalance.operator.topics import reconcile_failed, topic_status
-from mqbalance.operator.world import World
+from mqbalance.operator.world import CachedTopic, World
 from mqbalance.operator.writes import Writer, merge_patch
 
 logger = logging.getLogger("mqbalance.operator")
@@ -37,12 +36,12 @@ class TopicReconciler:
     async def work(self, namespace: str, name: str) -> None:
         """Write the Topic's status; requeue it with backoff when the API server refuses, or when
         anything else goes wrong (a bug): that is reported on the Topic too."""
-        state = self.world.topics.get((namespace, name))
-        if state is None:
+        topic = self.world.topics.get((namespace, name))
+        if topic is None:
             return
         key = ("topic", namespace, name)
         try:
-            await self.update_topic_status(state)
+            await self.update_topic_status(topic)
         except ApiError as e:
             self.metrics.reconcile_errors.labels("api").inc()
             delay = self.world.queue.add_rate_limited(key)
@@ -53,20 +52,20 @@ class TopicReconciler:
             logger.exception("reconcile of Topic %s/%s failed", namespace, name)
             self.metrics.reconcile_errors.labels("internal").inc()
             delay = self.world.queue.add_rate_limited(key)
-            await self.report_failure(state, f"{type(e).__name__}: {e}", delay)
+            await self.report_failure(topic, f"{type(e).__name__}: {e}", delay)
         else:
             self.world.queue.forget_failures(key)
 
-    async def report_failure(self, state: TopicState, error: str, delay: float) -> None:
+    async def report_failure(self, topic: CachedTopic, error: str, delay: float) -> None:
         """A Warning Event and the RouteAvailable condition say why; the route read before stays.
 
         The condition leaves the delay out, so the same failure again writes nothing: our own
         write coming back through the watch queues the Topic at once, which would cut the backoff
         short every time."""
-        meta = state.body["metadata"]
+        meta = topic.body["metadata"]
         message = f"{error}; retrying in {delay:g}s"
-        self.writer.post_event({**state.body, "kind": TOPIC_KIND}, "Warning", "ReconcileFailed", message)
-        current = state.body.get("status") or {}
+        self.writer.post_event({**topic.body, "kind": TOPIC_KIND}, "Warning", "ReconcileFailed", message)
+        current = topic.body.get("status") or {}
         status = reconcile_failed(current, error, self.clock(), int(meta.get("generation") or 0))
         if status == current:
             return
@@ -77,35 +76,32 @@ class TopicReconciler:
         except ApiError as e:
             logger.warning("status of Topic %s/%s not written: %s", meta["namespace"], meta["name"], e)
 
-    async def update_topic_status(self, state: TopicState) -> None:
+    async def update_topic_status(self, cached: CachedTopic) -> None:
         """Read the route if one is due (Topics that name a NameServer), then write the status."""
-        meta, spec = state.body["metadata"], state.body.get("spec")
+        meta, spec = cached.body["metadata"], cached.body.get("spec")
         namespace, name = meta["namespace"], meta["name"]
         generation = int(meta.get("generation") or 0)
         topic = read_topic_spec(name, spec)
+        poll = cached.poll
         if topic.name_server is not None:
             now = self.world.queue.timer.now()
-            if state.read is None or state.read_generation != generation or now >= state.next_read:
-                await self._read_route(state, name, topic, generation)
+            if poll.is_due(generation, now):
+                await self._read_route(cached, topic, generation)
             else:  # woken by a change (our own status write, say): the next read stays due
-                self.world.queue.add_after(("topic", namespace, name), state.next_read - now)
+                self.world.queue.add_after(("topic", namespace, name), poll.due - now)
         else:
-            state.read = None
-        current = state.body.get("status") or {}
-        status = topic_status(name, spec, generation, current, state.read, self.clock())
+            poll.clear()
+        current = cached.body.get("status") or {}
+        status = topic_status(name, spec, generation, current, poll.read, self.clock())
         if status != current:
             await self.writer.patch_status(namespace, TOPICS, name, merge_patch(current, status))
 
-    async def _read_route(self, state: TopicState, name: str, topic: TopicSpec, generation: int) -> None:
+    async def _read_route(self, cached: CachedTopic, topic: TopicSpec, generation: int) -> None:
         assert topic.name_server is not None
+        meta = cached.body["metadata"]
+        poll = cached.poll
         read = await self.routes.read(topic.topic_name, list(topic.name_server.addresses))
-        if read.brokers is None and (state.read is None or state.read.reason != read.reason):
-            logger.warning("route of Topic %s not read: %s", name, read.message)
-        state.read, state.read_generation = read, generation
-        state.read_failures = 0 if read.brokers is not None else state.read_failures + 1
-        # Again after the poll interval; sooner, backing off, while it fails.
-        wait = topic.name_server.poll_seconds
-        if state.read_failures:
-            wait = min(wait, 2.0 ** (state.read_failures - 1))
-        state.next_read = self.world.queue.timer.now() + wait
-        self.world.queue.add_after(("topic", state.body["metadata"]["namespace"], name), wait)
+        if read.brokers is None and (poll.read is None or poll.read.reason != read.reason):
+            logger.warning("route of Topic %s not read: %s", meta["name"], read.message)
+        wait = poll.record(read, generation, topic.name_server.poll_seconds, self.world.queue.timer.now())
+        self.world.queue.add_after(("topic", meta["namespace"], meta["name"]), wait)

@@ -1,9 +1,9 @@
 """A Topic's status: the route it resolves to, where that came from, and whether the spec agrees.
 
-Pure, like the group reconcile: the controller reads the NameServer (when the Topic names one)
-and hands the outcome in as a :class:`RouteRead`; :func:`topic_status` says what the status
-should be. A failed read keeps the route read before, so consumers keep their queues while a
-NameServer is away.
+Pure, like the group reconcile: the Topic reconciler reads the NameServer (when the Topic names
+one) when its :class:`RoutePoll` says a read is due, and hands the outcome in as a
+:class:`RouteRead`; :func:`topic_status` says what the status should be. A failed read keeps the
+route read before, so consumers keep their queues while a NameServer is away.
 """
 
 from __future__ import annotations
@@ -40,6 +40,35 @@ class RouteRead:
     """On failure: NameServerUnreachable, TopicNotFound, RequestFailed, NoNameServer or RouteTooLarge
     (an answer over a bound is not taken: the route read before stays)."""
     message: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class RoutePoll:
+    """A Topic's route as last read from its NameServers, and when to read it again (Topics that
+    name one)."""
+
+    read: RouteRead | None = None
+    generation: int = -1
+    """The Topic's generation that read was made for."""
+    failures: int = 0
+    """Failed reads in a row."""
+    due: float = 0.0
+    """When (on the work queue's clock) the route is due to be read again."""
+
+    def is_due(self, generation: int, now: float) -> bool:
+        return self.read is None or self.generation != generation or now >= self.due
+
+    def record(self, read: RouteRead, generation: int, poll_seconds: float, now: float) -> float:
+        """Take a read; how long until the next: the poll interval, sooner (backing off) while reads fail."""
+        self.read, self.generation = read, generation
+        self.failures = 0 if read.brokers is not None else self.failures + 1
+        wait = min(poll_seconds, 2.0 ** (self.failures - 1)) if self.failures else poll_seconds
+        self.due = now + wait
+        return wait
+
+    def clear(self) -> None:
+        """The Topic names no NameServer (any more): nothing read is kept."""
+        self.read = None
 
 
 def topic_status(

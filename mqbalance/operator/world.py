@@ -2,11 +2,14 @@
 
 The informers (``mqbalance.kube.Informer``) keep ConsumerGroups, Topics, Pods, Nodes and the
 assignment ConfigMaps in the caches here, and when each member Lease was last seen to change,
-and feed their changes in (``on_*``). A change puts the keys it concerns on the keyed work queue:
+and feed their changes in (``on_*``); the lag loop, a source as they are, records its readings
+(``record_lag``, ``record_rates``). A change puts the keys it concerns on the keyed work queue:
 at once for spec, Topic and ConfigMap changes, after the group's debounce window for pod and node
 changes, so a burst of pod changes becomes one rebalance. Nothing here writes to the API server;
 the reconcilers (group_reconciler.py, topic_reconciler.py) read these caches and the controller
-(controller.py) runs them. What is kept of each key (``GroupState``, ``TopicState``) is in state.py.
+(controller.py) runs them. Each group is kept as a :class:`CachedGroup`: its object, what its
+changes are matched against, the lag loop's last reading, and the parts other rooms own (its
+:class:`~mqbalance.operator.publication.Publication`, its measured load).
 """
 
 from __future__ import annotations
@@ -14,18 +17,96 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqbalance.contract import GROUP_LABEL, read_topic_spec, releases_configmap_name
 from mqbalance.kube import Key
 from mqbalance.model import MessageQueue
 from mqbalance.operator.leases import LeaseRecord, LeaseTable, MemberLeases
+from mqbalance.operator.load_balance import LoadTracker
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, LagFigures
-from mqbalance.operator.reconcile import Outcome
-from mqbalance.operator.state import NO_STREAK, GroupState, TopicState, WorkKey, work_priority
+from mqbalance.operator.observation import Interest, LagReading
+from mqbalance.operator.publication import Publication
+from mqbalance.operator.status import LAG_CONDITION
+from mqbalance.operator.topics import RoutePoll
 from mqbalance.operator.workqueue import WorkQueue
+
+WorkKey = tuple[str, str, str]
+"""("group" or "topic", namespace, name)."""
+
+UNREAD = Interest()
+"""A group not reconciled yet, or whose spec cannot be read: any change in its namespace may concern it."""
+
+
+def work_priority(key: WorkKey) -> int:
+    """Groups before Topics: consumers wait for the one; a Topic's route read on a restart is
+    already in its status, and a new route reaches the groups through that status anyway."""
+    return 0 if key[0] == "group" else 1
+
+
+@dataclass(slots=True, eq=False)
+class CachedGroup:
+    """One ConsumerGroup as the operator keeps it: the object, the interest its last reconcile
+    returned, the lag loop's last reading, and the parts other rooms own, kept and dropped with it."""
+
+    body: Mapping[str, Any]
+    """The resource as last seen: metadata (namespace, name, uid, generation, finalizers), spec, status."""
+    interest: Interest = UNREAD
+    """Which changes concern it (small sets: a set of eight strings takes six times a tuple's memory)."""
+    pair: tuple[str, str] | None = None
+    """The label pair it is filed under for pod changes (None: every pod may concern it)."""
+    leased_since: float | None = None
+    """Monotonic time since which it is judged by its member Leases (its first reconcile with a
+    leased handover, after its caches were listed); None while not leased."""
+    lag: LagReading | None = None
+    """The lag loop's last reading; its next reconcile writes it."""
+    lag_figures: LagFigures | None = None
+    """The same reading as the metrics show it."""
+    publication: Publication = field(default_factory=Publication)
+    """What was written for it (publication.py)."""
+    load: LoadTracker = field(default_factory=LoadTracker)
+    """STICKY with load: its measured rates and hysteresis (load_balance.py)."""
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def work_key(self) -> WorkKey:
+        return ("group", self.namespace, self.name)
+
+    def concerns_pod(self, name: str, labels: Mapping[str, str]) -> bool:
+        selector = self.interest.selector
+        return selector is None or name in self.interest.pods or selector.matches(labels)
+
+    def gauges(self) -> GroupGauges:
+        status = self.publication.status or {}
+        return GroupGauges(
+            namespace=self.namespace,
+            group=self.name,
+            members=int(status.get("members", 0)),
+            queues=int(status.get("queues", 0)),
+            imbalance=int(status.get("maxLoad", 0)) - int(status.get("minLoad", 0)),
+            topic_imbalance=int(status.get("topicSpread", 0)),
+            cross_zone_queues=int(status.get("crossZoneQueues", 0)),
+            unassigned_queues=int(status.get("unassignedQueues", 0)),
+            generation=int(status.get("assignmentGeneration", 0)),
+            invalid=self.publication.invalid,
+        )
+
+
+@dataclass(slots=True, eq=False)
+class CachedTopic:
+    """One Topic as the operator keeps it, and its route's reads (the Topic reconciler's)."""
+
+    body: Mapping[str, Any]
+    poll: RoutePoll = field(default_factory=RoutePoll)
 
 
 @dataclass
@@ -34,8 +115,8 @@ class World:
 
     queue: WorkQueue[WorkKey] = field(default_factory=lambda: WorkQueue(priority=work_priority))
     debounce_override: float | None = None
-    groups: dict[tuple[str, str], GroupState] = field(default_factory=dict)
-    topics: dict[tuple[str, str], TopicState] = field(default_factory=dict)
+    groups: dict[tuple[str, str], CachedGroup] = field(default_factory=dict)
+    topics: dict[tuple[str, str], CachedTopic] = field(default_factory=dict)
     pods: PodIndex = field(default_factory=PodIndex)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     configmaps: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
@@ -45,7 +126,7 @@ class World:
     listing: set[str] = field(default_factory=set)
     """Namespaces whose caches are being listed for the first time (sharding by namespace, where a
     replica starts watching a namespace when it takes its shard): nothing there is worked on yet."""
-    _by_namespace: dict[str, dict[str, GroupState]] = field(default_factory=dict)
+    _by_namespace: dict[str, dict[str, CachedGroup]] = field(default_factory=dict)
     _routes: dict[str, dict[tuple[str, str] | None, set[str]]] = field(default_factory=dict)
     """Namespace -> label pair (None: any) -> names of the groups a pod carrying it may concern."""
     topic_specs: dict[str, dict[str, Mapping[str, Any]]] = field(default_factory=dict)
@@ -63,31 +144,29 @@ class World:
     def on_group(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         namespace, name = key
         if new is None:
-            state = self.groups.pop(key, None)
-            if state is not None:
-                self._route(state, None, remove=True)
+            group = self.groups.pop(key, None)
+            if group is not None:
+                self._file(group, None, remove=True)
                 del self._by_namespace[namespace][name]
                 if not self._by_namespace[namespace]:
                     del self._by_namespace[namespace]
             self.queue.forget(("group", namespace, name))
             return
-        state = self.groups.get(key)
-        if state is None:
-            state = GroupState(new, written_status=new.get("status") or None)
-            state.lag = (new.get("status") or {}).get("lag")  # kept until the lag loop reads it again
+        group = self.groups.get(key)
+        if group is None:
+            group = CachedGroup(new, publication=Publication(status=new.get("status") or None))
             # A new object starts without backoff, even if a reconcile of the one deleted failed late.
             self.queue.forget_failures(("group", namespace, name))
-            self.groups[key] = state
-            self._by_namespace.setdefault(namespace, {})[name] = state
-            self._route(state, None)
-            self.enqueue(state)
+            self.groups[key] = group
+            self._by_namespace.setdefault(namespace, {})[name] = group
+            self._file(group, None)
+            self.enqueue(group)
             return
         changed = old is None or old["metadata"].get("generation") != new["metadata"].get("generation")
-        state.body = new
-        if state.written_status is not None and new.get("status") == state.written_status:
-            state.written_status = new["status"]  # our status patch come back: one copy, the cache's
+        group.body = new
+        group.publication.status_seen(new.get("status"))
         if changed or old is None or old["metadata"].get("uid") != new["metadata"].get("uid"):
-            self.enqueue(state)
+            self.enqueue(group)
 
     def on_pod(self, key: Key, old: PodInfo | None, new: PodInfo | None) -> None:
         """A pod changed; poke the groups it may belong to if anything membership depends on changed."""
@@ -106,10 +185,10 @@ class World:
         for labels in versions:
             for pair in labels.items():
                 names.update(routes.get(pair, ()))
-        for group in names:
-            state = self.groups[(namespace, group)]
-            if any(state.concerns_pod(name, labels) for labels in versions):
-                self.enqueue(state, debounced=True)
+        for group_name in names:
+            group = self.groups[(namespace, group_name)]
+            if any(group.concerns_pod(name, labels) for labels in versions):
+                self.enqueue(group, debounced=True)
 
     def on_node(self, key: Key, old: Mapping[str, str] | None, new: Mapping[str, str] | None) -> None:
         name = key[1]
@@ -119,9 +198,9 @@ class World:
             self.node_labels[name] = dict(new)
         if not self.synced.is_set():
             return
-        for state in self.groups.values():
-            if name in state.nodes:
-                self.enqueue(state, debounced=True)
+        for group in self.groups.values():
+            if name in group.interest.nodes:
+                self.enqueue(group, debounced=True)
 
     def on_lease(self, key: Key, old: LeaseRecord | None, new: LeaseRecord | None) -> None:
         """A member Lease was created, renewed or deleted: note when (on our monotonic clock); a
@@ -137,11 +216,11 @@ class World:
         holder = self.leases.seen(namespace, name, new, now)
         if not holder or not self._settled(namespace):
             return
-        for state in self._in_namespace(namespace):
+        for group in self._in_namespace(namespace):
             # A renewal matters only to a member left out (it is back); a Lease first seen starts
             # the reconciles that look again when it would lapse (each asks for the next).
-            if holder in state.lapsed or (first and holder in state.pods):
-                self.enqueue(state)
+            if holder in group.interest.lapsed or (first and holder in group.interest.pods):
+                self.enqueue(group)
 
     def lease_read(self, namespace: str, name: str, record: LeaseRecord | None) -> bool:
         """A member Lease as just read from the API server (``None``: there is none); whether it
@@ -155,14 +234,14 @@ class World:
             return True
         return self.leases.seen(namespace, name, record, self.monotonic()) is not None
 
-    def member_leases(self, state: GroupState) -> MemberLeases | None:
+    def member_leases(self, group: CachedGroup) -> MemberLeases | None:
         """The group's namespace's member Leases for one reconcile (None when not watched)."""
         if self.leases is None:
             return None
         now = self.monotonic()
-        if state.leased_since is None:
-            state.leased_since = now
-        return self.leases.view(state.namespace, state.leased_since, now)
+        if group.leased_since is None:
+            group.leased_since = now
+        return self.leases.view(group.namespace, group.leased_since, now)
 
     def on_topic(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """A Topic changed: its status may need writing, its subscribers a reconcile if its spec changed."""
@@ -177,7 +256,7 @@ class World:
         else:
             topic = self.topics.get(key)
             if topic is None:
-                self.topics[key] = TopicState(new)
+                self.topics[key] = CachedTopic(new)
                 self.queue.forget_failures(("topic", namespace, name))
             else:
                 topic.body = new
@@ -196,68 +275,101 @@ class World:
             return  # before the first listing is whole, no group has run
         if old is not None and new is not None and _route_source(old) == _route_source(new):
             return  # the rest of its status concerns no group
-        for state in self._in_namespace(namespace):
-            if state.selector is None or name in state.topics:
-                self.enqueue(state)
+        for group in self._in_namespace(namespace):
+            if group.interest.selector is None or name in group.interest.topics:
+                self.enqueue(group)
 
     def on_configmap(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-        """A group's ConfigMap changed or went away: re-read it unless we wrote it; new release
-        acknowledgements may finish a handover."""
+        """A group's ConfigMap changed or went away: its publication says whether that was our own
+        write; new release acknowledgements may finish a handover."""
         if new is None:
             self.configmaps.pop(key, None)
         else:
             self.configmaps[key] = new
         labels = ((new or old or {}).get("metadata") or {}).get("labels") or {}
-        state = self.groups.get((key[0], labels.get(GROUP_LABEL, "")))
-        if state is None:
+        group = self.groups.get((key[0], labels.get(GROUP_LABEL, "")))
+        if group is None:
             return
-        if key[1] == releases_configmap_name(state.name):
-            self.enqueue(state)
-            return
-        version = ((new or {}).get("metadata") or {}).get("resourceVersion")
-        if state.writing is not None:
-            # Most likely our write's own echo, ahead of its answer: judged once it is answered.
-            state.writing.append(version)
-            return
-        if state.published is not None and version == state.published.resource_version:
-            state.published.share(new)  # our own write come back: keep one copy
-            return
-        state.published = None
-        self.enqueue(state)
+        if key[1] == releases_configmap_name(group.name) or group.publication.seen(new):
+            self.enqueue(group)
 
-    def on_rates(self, state: GroupState, rates: Mapping[MessageQueue, float]) -> None:
+    # -- readings in (from the lag loop, lagpoll.py) -----------------------------------------------
+
+    def record_lag(self, group: CachedGroup, reading: LagReading, figures: LagFigures) -> bool:
+        """A reading of the group's lag: the metrics show it at once, its next reconcile writes it,
+        and it is reconciled at once when the reading says something new (the time of the sample
+        aside). Whether the LagAvailable condition changed."""
+        if self.groups.get((group.namespace, group.name)) is not group:
+            return False  # deleted meanwhile
+        before = group.lag or _written_lag(group.publication.status)
+        group.lag, group.lag_figures = reading, figures
+        if not reading.same(before):
+            self.enqueue(group)
+        return before is None or before.available != reading.available
+
+    def record_rates(self, group: CachedGroup, rates: Mapping[MessageQueue, float]) -> None:
         """New per-queue produce rates from the lag loop: a group balanced by load takes them in a
         reconcile after its debounce window; any other group keeps none."""
-        if self.groups.get((state.namespace, state.name)) is not state or not state.load_aware:
-            state.rates = None
-            return
-        state.rates = dict(rates)
-        state.rates_sample += 1
-        self.enqueue(state, debounced=True)
+        if self.groups.get((group.namespace, group.name)) is group and group.load.take(rates):
+            self.enqueue(group, debounced=True)
 
-    def enqueue(self, state: GroupState, *, debounced: bool = False) -> None:
-        key = ("group", state.namespace, state.name)
+    # -- routing -------------------------------------------------------------------------------------
+
+    def enqueue(self, group: CachedGroup, *, debounced: bool = False) -> None:
+        key = group.work_key
         if not debounced:
             self.queue.add(key)
             return
-        window = self.debounce_override if self.debounce_override is not None else state.debounce
+        window = self.debounce_override if self.debounce_override is not None else group.interest.debounce
         self.queue.add_after(key, window)
 
-    def _route(self, state: GroupState, pair: tuple[str, str] | None, *, remove: bool = False) -> None:
-        """File ``state`` under ``pair`` for pod changes (and out of where it was)."""
-        routes = self._routes.setdefault(state.namespace, {})
-        if state.name in routes.get(state.routing, ()):
-            routes[state.routing].discard(state.name)
-            if not routes[state.routing]:
-                del routes[state.routing]
+    def route(self, group: CachedGroup, interest: Interest) -> None:
+        """What later changes are matched against: the interest a reconcile of ``group`` returned."""
+        if self.groups.get((group.namespace, group.name)) is not group:
+            return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
+        if not interest.leased:
+            group.leased_since = None  # judged by Leases again only after a lease's time
+        if interest.selector is None:
+            # Unreadable: any change in the namespace may matter; what its last reading matched stays.
+            old = group.interest
+            group.interest = replace(
+                interest,
+                topics=_small_set(interest.topics),
+                pods=old.pods,
+                nodes=old.nodes,
+                debounce=old.debounce,
+            )
+            self._file(group, None)
+            return
+        group.interest = replace(
+            interest,
+            topics=_small_set(interest.topics),
+            pods=_small_set(interest.pods),
+            nodes=_small_set(interest.nodes),
+            lapsed=_small_set(interest.lapsed),
+        )
+        # A pod the selector matches carries every matchLabels pair: one of them finds the group.
+        self._file(group, min(interest.selector.match_labels.items(), default=None))
+
+    def wrote(self, group: CachedGroup, body: Mapping[str, Any]) -> None:
+        """Our own write to the group's object, kept until the watch brings it (so it is not made twice)."""
+        group.body = body
+
+    def _file(self, group: CachedGroup, pair: tuple[str, str] | None, *, remove: bool = False) -> None:
+        """File ``group`` under ``pair`` for pod changes (and out of where it was)."""
+        routes = self._routes.setdefault(group.namespace, {})
+        if group.name in routes.get(group.pair, ()):
+            routes[group.pair].discard(group.name)
+            if not routes[group.pair]:
+                del routes[group.pair]
         if remove:
             if not routes:
-                del self._routes[state.namespace]
+                del self._routes[group.namespace]
             return
-        state.routing = pair
-        routes.setdefault(pair, set()).add(state.name)
+        group.pair = pair
+        routes.setdefault(pair, set()).add(group.name)
 
-    def _in_namespace(self, namespace: str) -> list[GroupState]:
+    def _in_namespace(self, namespace: str) -> list[CachedGroup]:
         return list(self._by_namespace.get(namespace, {}).values())
 
     def _settled(self, namespace: str) -> bool:
@@ -290,41 +402,21 @@ class World:
 
     def resync(self, selects: Callable[[str, str], bool] | None = None) -> None:
         """Queue every group and Topic (that ``selects`` picks): after a shard is taken over."""
-        for (namespace, name), state in self.groups.items():
+        for (namespace, name), group in self.groups.items():
             if selects is None or selects(namespace, name):
-                self.enqueue(state)
+                self.enqueue(group)
         for namespace, name in self.topics:
             if selects is None or selects(namespace, name):
                 self.queue.add(("topic", namespace, name))
 
-    def remember(self, state: GroupState, outcome: Outcome) -> None:
-        """What later changes are matched against: the interest a reconcile returned."""
-        if self.groups.get((state.namespace, state.name)) is not state:
-            return  # deleted, or its namespace given up, while this reconcile waited: nothing to route
-        _remember_load(state, outcome)
-        interest = outcome.interest
-        state.topics = _small_set(interest.topics)
-        state.lapsed = _small_set(interest.lapsed)
-        if not interest.leased:
-            state.leased_since = None  # judged by Leases again only after a lease's time
-        state.selector = interest.selector
-        if interest.selector is None:
-            self._route(state, None)  # unreadable: any change in the namespace may matter
-            return
-        # A pod the selector matches carries every matchLabels pair: one of them finds the group.
-        self._route(state, min(interest.selector.match_labels.items(), default=None))
-        state.debounce = interest.debounce
-        state.pods = _small_set(interest.pods)
-        state.nodes = _small_set(interest.nodes)
-
     # -- read-outs ------------------------------------------------------------------------------------
 
-    def lag_topics(self, state: GroupState, rocketmq_topics: Collection[str]) -> list[tuple[str, list[str]]]:
+    def lag_topics(self, group: CachedGroup, rocketmq_topics: Collection[str]) -> list[tuple[str, list[str]]]:
         """The group's RocketMQ topics with the NameServers their Topic names (none: the operator's)."""
         wanted = set(rocketmq_topics)
         out: dict[str, list[str]] = {}
-        for resource, spec in self.topic_specs.get(state.namespace, {}).items():
-            if resource not in state.topics:
+        for resource, spec in self.topic_specs.get(group.namespace, {}).items():
+            if resource not in group.interest.topics:
                 continue
             topic = read_topic_spec(resource, spec)
             if topic.topic_name in wanted:
@@ -332,13 +424,13 @@ class World:
                 out[topic.topic_name] = list(name_server.addresses) if name_server is not None else []
         return sorted(out.items())
 
-    def lag_secrets(self, state: GroupState, rocketmq_topics: Collection[str]) -> dict[str, str]:
+    def lag_secrets(self, group: CachedGroup, rocketmq_topics: Collection[str]) -> dict[str, str]:
         """The Secrets (``spec.nameServer.aclSecretRef``) that sign the offset reads of the
         group's RocketMQ topics, for the topics whose Topic names one."""
         wanted = set(rocketmq_topics)
         out: dict[str, str] = {}
-        for resource, spec in self.topic_specs.get(state.namespace, {}).items():
-            if resource not in state.topics:
+        for resource, spec in self.topic_specs.get(group.namespace, {}).items():
+            if resource not in group.interest.topics:
                 continue
             topic = read_topic_spec(resource, spec)
             if topic.topic_name in wanted and topic.name_server is not None and topic.name_server.acl_secret:
@@ -346,29 +438,21 @@ class World:
         return out
 
     def lag_gauges(self) -> list[tuple[str, str, LagFigures]]:
-        return [(s.namespace, s.name, s.lag_figures) for s in list(self.groups.values()) if s.lag_figures]
+        return [(g.namespace, g.name, g.lag_figures) for g in list(self.groups.values()) if g.lag_figures]
 
     def gauges(self) -> list[GroupGauges]:
-        return [s.gauges() for s in list(self.groups.values()) if s.written_status]
+        return [g.gauges() for g in list(self.groups.values()) if g.publication.status]
 
 
-def _remember_load(state: GroupState, outcome: Outcome) -> None:
-    """Keep the load-aware strategy's hysteresis and target; forget them when load is not set."""
-    if outcome.invalid:
-        return  # nothing is published while invalid: what was measured stays for when it is valid
-    if outcome.load_target is None:  # not STICKY with load (or BROADCASTING)
-        state.load_aware = False
-        state.rates = state.load_target = None
-        state.load_base = state.load_state = NO_STREAK
-        state.load_sample = state.rates_sample
-        return
-    state.load_aware = True
-    state.load_target = dict(outcome.load_target)
-    if outcome.load_state is not None:
-        if state.load_sample != state.rates_sample:  # this reconcile counted a new sample
-            state.load_base = state.load_state
-            state.load_sample = state.rates_sample
-        state.load_state = outcome.load_state
+def _written_lag(status: Mapping[str, Any] | None) -> LagReading | None:
+    """What a status written before shows of the lag (None: no LagAvailable condition)."""
+    available = next(
+        (c for c in (status or {}).get("conditions") or [] if c.get("type") == LAG_CONDITION), None
+    )
+    if available is None:
+        return None
+    triple = (available.get("status"), available.get("reason"), available.get("message"))
+    return LagReading((status or {}).get("lag") or {}, triple)
 
 
 def _small_set(items: Iterable[str]) -> Collection[str]:

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,10 +26,10 @@ from mqbalance.lag import (
     rates,
 )
 from mqbalance.model import MessageQueue
-from mqbalance.operator.group_reconciler import with_lag
 from mqbalance.operator.lagpoll import LAG_CONDITION, LagPoller, LagSettings, lag_condition, lag_status
 from mqbalance.operator.main import parse_args
 from mqbalance.operator.metrics import LagFigures, OperatorMetrics
+from mqbalance.operator.observation import LagReading, Observed
 from mqbalance.operator.offsets import (
     BrokerFailure,
     GroupOffsets,
@@ -37,6 +38,7 @@ from mqbalance.operator.offsets import (
     broker_address,
     secret_credentials,
 )
+from mqbalance.operator.status import with_lag
 from mqbalance.rocketmq.remoting import (
     Credentials,
     RemotingCommand,
@@ -167,12 +169,27 @@ def test_status_and_condition_say_what_was_read_and_what_was_not() -> None:
 
 
 def test_status_writes_carry_the_lag_and_its_condition() -> None:
-    status = {"members": 2, "conditions": [{"type": "Ready", "status": "True"}, {"type": LAG_CONDITION}]}
-    cond = {"type": LAG_CONDITION, "status": "False", "reason": "BrokerUnreachable"}
-    out = with_lag(status, {"total": 3}, cond)
+    read = ("True", "OffsetsRead", "offsets of 4 queues read from their brokers")
+    old = dict(
+        zip(("status", "reason", "message"), read, strict=True), type=LAG_CONDITION, lastTransitionTime="then"
+    )
+    written = {"lag": {"total": 1}, "conditions": [{"type": "Ready", "status": "True"}, old]}
+    status = {"members": 2, "conditions": [{"type": "Ready", "status": "True"}, old]}
+
+    def observed(reading: LagReading | None) -> Observed:
+        return Observed("ns", "g", {}, {}, (), {}, None, 1_800_000_000.0, 3, written, lag=reading)
+
+    failed = LagReading({"total": 3}, ("False", "BrokerUnreachable", "broker b: refused"))
+    out = with_lag(status, observed(failed))
     assert out["lag"] == {"total": 3}
-    assert out["conditions"] == [{"type": "Ready", "status": "True"}, cond]
-    assert with_lag(status, None, None) is status
+    cond = out["conditions"][-1]
+    assert [c["type"] for c in out["conditions"]] == ["Ready", LAG_CONDITION]
+    assert (cond["status"], cond["reason"], cond["message"]) == failed.available
+    assert (cond["lastTransitionTime"], cond["observedGeneration"]) == ("2027-01-15T08:00:00Z", 3)
+    assert with_lag(status, observed(LagReading({"total": 5}, read)))["conditions"][-1] == old, "as written"
+    # No reading yet (a restart): the lag the status showed stays, and the condition with it.
+    assert with_lag(status, observed(None)) == {**status, "lag": {"total": 1}}
+    assert with_lag(status, replace(observed(None), status={})) is status
 
 
 def test_lag_metrics_per_group_and_member_and_per_queue_only_when_given() -> None:
@@ -386,13 +403,15 @@ def lag_patches(h: Harness) -> list[dict[str, Any]]:
 async def test_lag_loop_writes_status_lag_and_a_condition_while_the_assignment_stays() -> None:
     async with Harness() as h:
         await start(h, group(), [pod("p1"), pod("p2")])
-        c = h.controller
+        c = h.world
         state = c.groups[(NS, "g")]
         assert h.published_generations() == [1]
         reader = FakeReader()
         times = iter(range(0, 1000, 10))
-        poller = LagPoller(c, reader, LagSettings(interval=1), monotonic=lambda: float(next(times)))
-        doc = state.published.document  # type: ignore[union-attr]
+        poller = LagPoller(
+            c, reader, LagSettings(interval=1), h.metrics, monotonic=lambda: float(next(times))
+        )
+        doc = state.publication.configmap.document  # type: ignore[union-attr]
         assert doc is not None
         held = {m: qs for m, qs in doc.topics["t"].items()}
         q1, q2 = held["p1"][0], held["p2"][0]
@@ -400,19 +419,20 @@ async def test_lag_loop_writes_status_lag_and_a_condition_while_the_assignment_s
         await poller.poll_once()
         await h.settle()
         assert reader.asked[0] == ("g", [("t", [])])
-        written = state.written_status or {}
+        written = state.publication.status or {}
         assert written["lag"]["total"] == 40
         assert written["lag"]["mostBehind"][0] == {"member": "p1", "lag": 30, "queues": 1}
         cond = next(x for x in written["conditions"] if x["type"] == LAG_CONDITION)
         assert (cond["status"], cond["reason"]) == ("True", "OffsetsRead")
         patches_before = len(lag_patches(h))
 
-        # Next sample: rates from the one before, a patch of status.lag alone.
+        # Next sample: rates from the one before, a patch that changes status.lag alone (a nested
+        # object that did not change is an empty patch of it).
         reader.answer = GroupOffsets({q1: QueueOffsets(150, 120), q2: QueueOffsets(10, 0)}, requests=1)
         await poller.poll_once()
         await h.settle()
         last = lag_patches(h)[-1]
-        assert set(last) == {"lag"}
+        assert {key for key, patch in last.items() if patch != {}} == {"lag"}
         assert (last["lag"]["consumeRate"], last["lag"]["produceRate"]) == (10.0, 10.0)
         assert len(lag_patches(h)) == patches_before + 1
 
@@ -421,7 +441,7 @@ async def test_lag_loop_writes_status_lag_and_a_condition_while_the_assignment_s
         reader.answer = GroupOffsets({q1: QueueOffsets(150, 120)}, (failure,), requests=2)
         await poller.poll_once()
         await h.settle()
-        written = state.written_status or {}
+        written = state.publication.status or {}
         cond = next(x for x in written["conditions"] if x["type"] == LAG_CONDITION)
         assert (cond["status"], cond["reason"]) == ("False", "BrokerUnreachable")
         assert written["lag"]["brokersUnavailable"] == ["b"]
@@ -434,7 +454,7 @@ async def test_lag_loop_writes_status_lag_and_a_condition_while_the_assignment_s
         h.timer.advance(5)
         await h.settle()
         assert h.published_generations() == [1, 2]
-        written = state.written_status or {}
+        written = state.publication.status or {}
         assert written["lag"]["brokersUnavailable"] == ["b"]
         assert any(x["type"] == LAG_CONDITION for x in written["conditions"])
         assert c.lag_gauges()[0][2].available is False
@@ -445,12 +465,12 @@ async def test_broadcasting_groups_and_groups_without_a_name_server_are_not_read
     async with Harness() as h:
         await start(h, group(messageModel="BROADCASTING"), [pod("p1")])
         reader = FakeReader()
-        await LagPoller(h.controller, reader, LagSettings()).poll_once()
+        await LagPoller(h.world, reader, LagSettings(), h.metrics).poll_once()
         assert reader.asked == []
     async with Harness() as h:
         await start(h, group(), [pod("p1")])
         reader = FakeReader()
         reader.default_name_server = None
-        await LagPoller(h.controller, reader, LagSettings()).poll_once()
+        await LagPoller(h.world, reader, LagSettings(), h.metrics).poll_once()
         assert reader.asked == []
-        assert LAG_CONDITION not in str(h.controller.groups[(NS, "g")].written_status)
+        assert LAG_CONDITION not in str(h.world.groups[(NS, "g")].publication.status)

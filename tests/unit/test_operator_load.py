@@ -231,14 +231,16 @@ async def test_rates_from_the_lag_loop_rebalance_a_load_aware_group_after_sample
     strategy = {"name": "STICKY", "load": {"tolerance": 0.1, "samples": 2}}
     async with Harness() as h:
         await start(h, group(debounce=1.0, strategy=strategy), [pod("p1"), pod("p2")])
-        c = h.controller
+        c = h.world
         state = c.groups[(NS, "g")]
         assert h.published_generations() == [1]
-        assert state.load_aware
+        assert state.load.aware
         reader = FakeReader()
         times = iter(range(0, 1000, 10))
-        poller = LagPoller(c, reader, LagSettings(interval=1), monotonic=lambda: float(next(times)))
-        doc = state.published.document  # type: ignore[union-attr]
+        poller = LagPoller(
+            c, reader, LagSettings(interval=1), h.metrics, monotonic=lambda: float(next(times))
+        )
+        doc = state.publication.configmap.document  # type: ignore[union-attr]
         assert doc is not None
         queues = sorted(q for qs in doc.topics["t"].values() for q in qs)
         rate = {q: (50 if q == queues[0] else 10) for q in queues}
@@ -254,16 +256,16 @@ async def test_rates_from_the_lag_loop_rebalance_a_load_aware_group_after_sample
             await h.settle()
 
         await reading()  # the first reading: no rates yet
-        assert not state.rates
+        assert not state.load.rates
         await reading()
-        assert state.rates is not None
-        assert state.load_state == LoadState(over=1)
-        assert (state.written_status or {})["lag"]["loadSpread"] == pytest.approx(1.5)
+        assert state.load.rates is not None
+        assert state.load.state == LoadState(over=1)
+        assert (state.publication.status or {})["lag"]["loadSpread"] == pytest.approx(1.5)
         # Reconciles for other reasons do not count as readings.
         for _ in range(3):
             c.enqueue(state)
             await h.settle()
-        assert state.load_state == LoadState(over=1)
+        assert state.load.state == LoadState(over=1)
         assert h.published_generations() == [1]
         await reading()
         assert h.published_generations() == [1, 2]
@@ -272,14 +274,14 @@ async def test_rates_from_the_lag_loop_rebalance_a_load_aware_group_after_sample
         for _ in range(3):
             await reading()
         assert h.published_generations() == [1, 2]
-        assert (state.written_status or {})["lag"]["loadSpread"] == pytest.approx(50 / 40)
+        assert (state.publication.status or {})["lag"]["loadSpread"] == pytest.approx(50 / 40)
 
 
 @pytest.mark.asyncio
 async def test_a_group_without_load_keeps_no_rates() -> None:
     async with Harness() as h:
         await start(h, group(strategy={"name": "STICKY"}), [pod("p1")])
-        state = h.controller.groups[(NS, "g")]
-        h.controller.on_rates(state, {MessageQueue("t", "b", 0): 5.0})
-        assert state.rates is None
-        assert not state.load_aware
+        state = h.world.groups[(NS, "g")]
+        h.world.record_rates(state, {MessageQueue("t", "b", 0): 5.0})
+        assert state.load.rates is None
+        assert not state.load.aware

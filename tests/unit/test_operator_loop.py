@@ -27,9 +27,9 @@ from mqbalance.operator.membership import PodInfo
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
 from mqbalance.operator.spec import LabelSelector, Requirement
-from mqbalance.operator.state import work_priority
 from mqbalance.operator.topics import RouteRead, topic_status
 from mqbalance.operator.workqueue import WorkQueue
+from mqbalance.operator.world import work_priority
 from mqbalance.operator.writes import Writer
 
 pytestmark = pytest.mark.asyncio
@@ -174,14 +174,16 @@ class Harness:
         self.timer = HandTimer()
         self.journal = Journal()
         self.registry = CollectorRegistry()
+        self.metrics = OperatorMetrics(self.registry, list)
         self.controller = Controller(
             Writer(self.api),  # type: ignore[arg-type]
-            OperatorMetrics(self.registry, list),
+            self.metrics,
             self.journal,  # type: ignore[arg-type]
             clock=lambda: 1_800_000_000.0 + self.timer.time,
             queue=WorkQueue(self.timer, work_priority),
             routes=routes or RouteReader(),
         )
+        self.world = self.controller.world
         self.tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> Harness:
@@ -198,7 +200,7 @@ class Harness:
         """Let the workers run until nothing is queued or being processed."""
         for _ in range(200):
             await asyncio.sleep(0)
-            queue = self.controller.queue
+            queue = self.world.queue
             if not len(queue) and not queue.busy:
                 await asyncio.sleep(0)
                 if not len(queue) and not queue.busy:
@@ -213,7 +215,7 @@ class Harness:
 
 
 async def start(h: Harness, body: Mapping[str, Any], pods: list[PodInfo]) -> None:
-    c = h.controller
+    c = h.world
     c.on_topic((NS, "t"), None, TOPIC)
     for p in pods:
         c.on_pod((NS, p.name), None, p)
@@ -224,12 +226,12 @@ async def start(h: Harness, body: Mapping[str, Any], pods: list[PodInfo]) -> Non
 
 async def test_nothing_is_reconciled_before_every_cache_is_listed() -> None:
     async with Harness() as h:
-        h.controller.on_topic((NS, "t"), None, TOPIC)
-        h.controller.on_group((NS, "g"), None, group())
-        h.controller.on_pod((NS, "p1"), None, pod("p1"))
+        h.world.on_topic((NS, "t"), None, TOPIC)
+        h.world.on_group((NS, "g"), None, group())
+        h.world.on_pod((NS, "p1"), None, pod("p1"))
         await asyncio.sleep(0.01)
         assert h.api.writes == []
-        h.controller.synced.set()
+        h.world.synced.set()
         await h.settle()
         assert h.published_generations() == [1]
 
@@ -240,7 +242,7 @@ async def test_a_burst_of_pod_changes_in_the_window_is_one_rebalance_at_its_end(
         assert h.published_generations() == [1]
         for i, at in ((2, 0.0), (3, 0.5), (4, 1.5)):  # the first change opens the window
             h.timer.advance(at - (h.timer.time % 10 if i > 2 else 0))
-            h.controller.on_pod((NS, f"p{i}"), None, pod(f"p{i}"))
+            h.world.on_pod((NS, f"p{i}"), None, pod(f"p{i}"))
             await h.settle()
         assert h.published_generations() == [1]
         h.timer.advance(0.49)
@@ -255,23 +257,23 @@ async def test_a_burst_of_pod_changes_in_the_window_is_one_rebalance_at_its_end(
 async def test_spec_and_topic_changes_skip_the_window() -> None:
     async with Harness() as h:
         await start(h, group(debounce=60.0), [pod("p1"), pod("p2")])
-        h.controller.on_pod((NS, "p3"), None, pod("p3"))  # waits for its window...
+        h.world.on_pod((NS, "p3"), None, pod("p3"))  # waits for its window...
         changed = {
             **group(debounce=60.0, strategy={"name": "STICKY"}),
             "metadata": {**group()["metadata"], "generation": 2},
         }
-        h.controller.on_group((NS, "g"), group(), changed)  # ...but the spec change does not
+        h.world.on_group((NS, "g"), group(), changed)  # ...but the spec change does not
         await h.settle()
         assert h.published_generations() == [1, 2]
         assert h.journal.records[-1].reason == "spec-changed"
-        assert h.controller.queue.due_at(("group", NS, "g")) is None  # the pending window went with it
+        assert h.world.queue.due_at(("group", NS, "g")) is None  # the pending window went with it
 
 
 async def test_a_conflicting_write_is_read_again_and_reconciled_at_once() -> None:
     async with Harness() as h:
         await start(h, group(debounce=0.0), [pod("p1")])
         h.api.foreign_write(f"{CM_PATH}/{configmap_name('g')}")
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         await h.settle()
         assert h.published_generations() == [1, 2]
         assert ("PUT", f"{CM_PATH}/{configmap_name('g')}") in h.api.writes
@@ -301,7 +303,7 @@ async def test_endless_conflicts_fall_back_to_backoff() -> None:
     async with Harness() as h:
         await start(h, group(debounce=0.0), [pod("p1")])
         h.api.fail = [Conflict(409, "modified")] * 7
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         await h.settle()
         # Five immediate retries from fresh reads, then the sixth conflict waits 1 s.
         assert h.counter("mqbalance_reconcile_errors_total", kind="conflict") == 6
@@ -326,21 +328,21 @@ async def test_a_pod_that_starts_matching_when_a_label_is_removed_reconciles_its
     async with Harness() as h:
         await start(h, body, [pod("p1"), pod("p2", canary="yes")])
         assert set(h.journal.records[-1].members) == {"p1"}
-        h.controller.on_pod((NS, "p2"), pod("p2", canary="yes"), pod("p2"))
+        h.world.on_pod((NS, "p2"), pod("p2", canary="yes"), pod("p2"))
         await h.settle()
         assert set(h.journal.records[-1].members) == {"p1", "p2"}
-    state = h.controller.groups[(NS, "g")]
-    assert state.selector == LabelSelector({"app": "g"}, (Requirement("canary", "DoesNotExist"),))
+    selector = h.world.groups[(NS, "g")].interest.selector
+    assert selector == LabelSelector({"app": "g"}, (Requirement("canary", "DoesNotExist"),))
 
 
 async def test_a_deleted_group_is_forgotten_with_its_pending_work() -> None:
     async with Harness() as h:
         await start(h, group(debounce=5.0), [pod("p1")])
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
-        assert h.controller.queue.due_at(("group", NS, "g")) is not None
-        h.controller.on_group((NS, "g"), group(), None)
-        assert h.controller.queue.due_at(("group", NS, "g")) is None
-        assert h.controller.groups == {}
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
+        assert h.world.queue.due_at(("group", NS, "g")) is not None
+        h.world.on_group((NS, "g"), group(), None)
+        assert h.world.queue.due_at(("group", NS, "g")) is None
+        assert h.world.groups == {}
         h.timer.advance(10.0)
         await h.settle()
         assert h.published_generations() == [1]
@@ -350,14 +352,14 @@ async def test_topic_status_is_written_in_the_same_loop_and_retried() -> None:
     status_path = f"/apis/mqbalance.io/v1alpha1/namespaces/{NS}/topics/t/status"
     async with Harness() as h:
         h.api.fail = [ApiError(500, "etcd timeout")]
-        h.controller.on_topic((NS, "t"), None, {**TOPIC, "status": {}})
-        h.controller.synced.set()
+        h.world.on_topic((NS, "t"), None, {**TOPIC, "status": {}})
+        h.world.synced.set()
         await h.settle()
         assert h.api.writes == [("PATCH", status_path)]
         h.timer.advance(1.0)
         await h.settle()
         assert h.api.writes == [("PATCH", status_path)] * 2
-        h.controller.on_topic((NS, "t"), {**TOPIC, "status": {}}, TOPIC)  # our status came back
+        h.world.on_topic((NS, "t"), {**TOPIC, "status": {}}, TOPIC)  # our status came back
         await h.settle()
         assert len(h.api.writes) == 2  # nothing left to write
 
@@ -373,7 +375,7 @@ async def test_the_finalizer_of_operator_0_1_is_removed_once() -> None:
                 {"op": "remove", "path": "/metadata/finalizers/1"},
             ]
         ]
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         h.timer.advance(2.0)
         await h.settle()
         assert h.published_generations() == [1, 2]
@@ -391,7 +393,7 @@ async def test_a_handover_revokes_then_assigns_once_the_old_owner_releases() -> 
     body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={"mode": "Release"})
     async with Harness() as h:
         await start(h, body, [pod("p1")])
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         await h.settle()
         first, revoke = h.journal.records
         assert revoke.releasing
@@ -401,7 +403,7 @@ async def test_a_handover_revokes_then_assigns_once_the_old_owner_releases() -> 
         reasons = [e["reason"] for e in h.api.events]
         assert "QueuesRevoked" in reasons
         ack = releases_configmap({"p1": Ack(revoke.generation).encode()})
-        h.controller.on_configmap((NS, "g-releases"), None, ack)
+        h.world.on_configmap((NS, "g-releases"), None, ack)
         await h.settle()
         assign = h.journal.records[-1]
         assert assign.generation == revoke.generation + 1
@@ -418,7 +420,7 @@ async def test_a_release_that_never_comes_is_overridden_at_the_timeout() -> None
     )
     async with Harness() as h:
         await start(h, body, [pod("p1")])
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         await h.settle()
         revoked = h.journal.records[-1].generation
         h.timer.advance(29.9)
@@ -466,13 +468,13 @@ async def test_a_route_read_from_a_name_server_reaches_the_groups_and_is_polled(
         nonlocal topic
         patch = [p for path, p in h.api.merge_patches if path == status_path][-1]
         old, topic = topic, merge(topic, patch)
-        h.controller.on_topic((NS, "t"), old, topic)
+        h.world.on_topic((NS, "t"), old, topic)
         await h.settle()
         status: dict[str, Any] = topic["status"]
         return status
 
     async with Harness(routes) as h:
-        c = h.controller
+        c = h.world
         c.on_topic((NS, "t"), None, topic)
         c.on_pod((NS, "p1"), None, pod("p1"))
         c.on_group((NS, "g"), None, group())
@@ -509,7 +511,7 @@ async def test_a_namespace_being_listed_is_not_worked_on_and_a_forgotten_one_lea
     """Sharded by namespace: a replica that takes a namespace over works on it only once all of
     its caches are listed, and keeps nothing of a namespace it gave up."""
     async with Harness() as h:
-        c = h.controller
+        c = h.world
         c.synced.set()  # the cluster-wide caches (Nodes) are listed
         c.listing.add(NS)
         c.on_group((NS, "g"), None, group(debounce=0.0))
@@ -546,7 +548,7 @@ async def test_a_group_deleted_while_its_reconcile_waits_is_not_filed_again() ->
         h.controller.writer = Writer(h.api)  # type: ignore[arg-type]
         body = group(debounce=0.0)
         body["metadata"]["finalizers"] = [LEGACY_FINALIZER]
-        c = h.controller
+        c = h.world
         c.on_topic((NS, "t"), None, TOPIC)
         c.on_pod((NS, "p1"), None, pod("p1"))
         c.on_group((NS, "g"), None, body)
@@ -566,28 +568,28 @@ async def test_a_group_deleted_while_its_reconcile_waits_is_not_filed_again() ->
 async def test_what_comes_back_through_the_watch_is_kept_once_and_the_next_reconcile_reads_it() -> None:
     async with Harness() as h:
         await start(h, group(debounce=0.0), [pod("p1")])
-        state = h.controller.groups[(NS, "g")]
-        assert state.published is not None
-        assert state.written_status
+        publication = h.world.groups[(NS, "g")].publication
+        assert publication.configmap is not None
+        assert publication.status
         # The watch brings the ConfigMap and the status back as new objects with equal contents.
         written = h.api.objects[f"{CM_PATH}/{configmap_name('g')}"]
         echo = {
             "metadata": dict(written["metadata"]),
             "data": {k: "".join(v) for k, v in written["data"].items()},
         }
-        h.controller.on_configmap((NS, configmap_name("g")), None, echo)
-        body = {**group(debounce=0.0), "status": {**state.written_status}}
-        h.controller.on_group((NS, "g"), group(debounce=0.0), body)
-        assert state.published.text is echo["data"]["assignment.json"]
-        assert state.written_status is body["status"]
+        h.world.on_configmap((NS, configmap_name("g")), None, echo)
+        body = {**group(debounce=0.0), "status": {**publication.status}}
+        h.world.on_group((NS, "g"), group(debounce=0.0), body)
+        assert publication.configmap.text is echo["data"]["assignment.json"]
+        assert publication.status is body["status"]
         await h.settle()
         assert h.published_generations() == [1], "our own writes coming back change nothing"
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         await h.settle()
         assert h.published_generations() == [1, 2]
         assert h.journal.records[-1].reason == "member-joined"
-        assert state.published.document is not None
-        assert state.published.document.members.keys() == {"p1", "p2"}
+        assert publication.configmap.document is not None
+        assert publication.configmap.document.members.keys() == {"p1", "p2"}
 
 
 class WriteGatedApi(FakeApi):
@@ -617,7 +619,7 @@ async def test_a_configmap_event_during_its_write_is_judged_once_the_write_is_an
     async with Harness() as h:
         api = h.api = WriteGatedApi()
         h.controller.writer = Writer(api)  # type: ignore[arg-type]
-        c = h.controller
+        c = h.world
         c.on_topic((NS, "t"), None, TOPIC)
         c.on_pod((NS, "p1"), None, pod("p1"))
         c.on_group((NS, "g"), None, group(debounce=0.0))
@@ -653,7 +655,7 @@ async def leased_pair() -> AsyncIterator[Harness]:
     handover = {"mode": "Release", "releaseTimeoutSeconds": 1, "leaseSeconds": 4, "renewSeconds": 1}
     body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={**handover, "leaseMarginSeconds": 2})
     async with Harness() as h:
-        c = h.controller
+        c = h.world
         c.leases = LeaseTable()
         c.monotonic = lambda: h.timer.time  # the work queue's clock stands in for the monotonic one
         await start(h, body, [pod("p1"), pod("p2")])
@@ -664,7 +666,7 @@ async def test_a_member_whose_lease_stops_changing_is_revoked_after_the_lease_an
     None
 ):
     async with leased_pair() as h:
-        c = h.controller
+        c = h.world
 
         def renew(*pods: str) -> None:
             for name in pods:
@@ -696,7 +698,7 @@ async def test_a_departed_owner_is_held_when_the_api_server_shows_a_renewal_the_
     None
 ):
     async with leased_pair() as h:
-        c = h.controller
+        c = h.world
         for name in ("p1", "p2"):
             c.on_lease((NS, member_lease_name(name)), None, member_lease(name, 0.0))
         await h.settle()

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import struct
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -90,7 +90,7 @@ async def hostile_server(answer: Callable[[int], bytes]) -> AsyncIterator[str]:
         server.close()
 
 
-def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+def condition(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
     found: dict[str, Any] = next(c for c in status["conditions"] if c["type"] == kind)
     return found
 
@@ -132,7 +132,7 @@ async def test_topics_on_hostile_name_servers_leave_the_workers_to_the_groups() 
     was reconciled any more. Now each reports the read that failed, and the groups go on."""
     hostile = hostile_server(HOSTILE["body not UTF-8 (UnicodeDecodeError)"])
     async with hostile as address, Harness(RouteReader(timeout=5.0)) as h:
-        c = h.controller
+        c = h.world
         for i in range(3):  # the harness runs two workers
             spec = {"topicName": f"t{i}", "nameServer": {"addresses": [address]}}
             meta = {"namespace": NS, "name": f"bad{i}", "generation": 1}
@@ -178,8 +178,8 @@ async def test_a_topic_reconcile_that_raises_is_reported_and_retried_with_backof
     unreachable = RouteRead(None, reason="NameServerUnreachable", message="no NameServer answered")
     routes = RaisingRoutes(RecursionError("maximum recursion depth exceeded"), unreachable)
     async with Harness(routes) as h:
-        h.controller.on_topic((NS, "t"), None, topic)
-        h.controller.synced.set()
+        h.world.on_topic((NS, "t"), None, topic)
+        h.world.synced.set()
         await h.settle()
         assert all(not t.done() for t in h.tasks), "the worker lives on"
         assert h.counter("mqbalance_reconcile_errors_total", kind="internal") == 1
@@ -215,12 +215,12 @@ async def test_a_topic_that_keeps_failing_backs_off_although_its_status_comes_ba
     topic = {"metadata": {"namespace": NS, "name": "t", "generation": 1}, "spec": spec, "status": {}}
     routes = Failing()
     async with Harness(routes) as h:
-        h.controller.on_topic((NS, "t"), None, topic)
-        h.controller.synced.set()
+        h.world.on_topic((NS, "t"), None, topic)
+        h.world.synced.set()
         await h.settle()
         [patch] = status_patches(h, "topics")
         echo = merge(topic, {"status": patch})
-        h.controller.on_topic((NS, "t"), topic, echo)  # our write comes back: the Topic is queued at once
+        h.world.on_topic((NS, "t"), topic, echo)  # our write comes back: the Topic is queued at once
         await h.settle()
         assert len(routes.asked) == 2
         assert len(status_patches(h, "topics")) == 1  # the same failure writes nothing more...
@@ -249,12 +249,12 @@ async def test_a_group_reconcile_that_raises_keeps_its_assignment_and_says_why(
     async with Harness() as h:
         await start(h, group(debounce=0.0), [pod("p1")])
         published = h.api.objects[f"{CM_PATH}/{configmap_name('g')}"]
-        h.controller.on_pod((NS, "p2"), None, pod("p2"))
+        h.world.on_pod((NS, "p2"), None, pod("p2"))
         await h.settle()
         assert all(not t.done() for t in h.tasks)
         assert h.api.objects[f"{CM_PATH}/{configmap_name('g')}"] is published  # the assignment stays
         assert h.counter("mqbalance_reconcile_errors_total", kind="internal") == 1
-        ready = condition(h.controller.groups[(NS, "g")].written_status or {}, "Ready")
+        ready = condition(h.world.groups[(NS, "g")].publication.status or {}, "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "ReconcileFailed")
         assert ready["message"] == "ZeroDivisionError: division by zero; generation 1 stays published"
         messages = [e["message"] for e in h.api.events if e["reason"] == "ReconcileFailed"]
@@ -266,13 +266,13 @@ async def test_a_group_reconcile_that_raises_keeps_its_assignment_and_says_why(
         h.timer.advance(2.0)
         await h.settle()
         assert h.published_generations() == [1, 2]
-        ready = condition(h.controller.groups[(NS, "g")].written_status or {}, "Ready")
+        ready = condition(h.world.groups[(NS, "g")].publication.status or {}, "Ready")
         assert (ready["status"], ready["reason"]) == ("True", "Published")
 
 
 async def test_an_exception_outside_the_reconcilers_is_retried_with_backoff_by_the_same_worker() -> None:
     async with Harness() as h:
-        c = h.controller
+        c = h.world
         c.on_topic((NS, "t"), None, TOPIC)
         raised: list[str] = []
 
@@ -282,7 +282,7 @@ async def test_an_exception_outside_the_reconcilers_is_retried_with_backoff_by_t
                 raise RuntimeError("a bug in the shard lookup")
             return True
 
-        c.owns = owns
+        h.controller.owns = owns
         c.on_pod((NS, "p1"), None, pod("p1"))
         c.on_group((NS, "g"), None, group(debounce=0.0))
         c.synced.set()
@@ -338,7 +338,7 @@ async def test_healthz_fails_when_keys_wait_behind_reconciles_that_never_end(aio
             return await super().read(topic, addresses)
 
     async with Harness(HangingRoutes(RouteRead(None, reason="NameServerUnreachable"))) as h:
-        c = h.controller
+        c = h.world
         for name in ("t1", "t2"):  # both workers hang on these
             spec = {"nameServer": {"addresses": ["10.0.0.5:9876"]}}
             c.on_topic(
@@ -397,7 +397,7 @@ async def test_a_large_group_is_decided_off_the_loop_while_the_others_are_served
     monkeypatch.setattr(group_reconciler, "reconcile", slow)
     monkeypatch.setattr(group_reconciler, "OFF_LOOP_WORK", 9)  # three pods of one topic, and up
     async with Harness() as h:
-        c = h.controller
+        c = h.world
         c.on_topic((NS, "t"), None, TOPIC)
         for name, app, pods in (("big", "big", 3), ("big2", "big2", 3), ("small", "small", 2)):
             for i in range(pods):
