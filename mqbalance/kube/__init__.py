@@ -1,7 +1,7 @@
 """The one Kubernetes edge of the operator and the sidecar: an asynchronous API client, the
 list-and-watch informer, and Lease locks. Nothing else in the product talks to the API server."""
 
-from mqbalance.kube.client import MERGE_PATCH, ApiError, Conflict, Gone, KubeClient
+from mqbalance.kube.client import MERGE_PATCH, ApiError, Conflict, Gone, KubeClient, kubeconfig_namespace
 from mqbalance.kube.compact import compact
 from mqbalance.kube.informer import Backoff, Informer, Key, object_key
 from mqbalance.kube.lease import LeaseElector, LeaseLock, default_identity, parse_micro_time
@@ -21,6 +21,7 @@ __all__ = [
     "LeaseLoop",
     "compact",
     "default_identity",
+    "kubeconfig_namespace",
     "object_key",
     "parse_micro_time",
 ]

@@ -61,10 +61,12 @@ class KubeClient:
         self._slots = asyncio.Semaphore(requests)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | Path | None = None, *, requests: int = 32) -> KubeClient:
+    async def connect(
+        cls, kubeconfig: str | Path | None = None, *, requests: int = 32, context: str | None = None
+    ) -> KubeClient:
         """In-cluster credentials in a pod when no kubeconfig is named, else the kubeconfig
-        (``kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``). ``requests``: how many
-        requests (not watches) may be in flight at once."""
+        (``kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``; its ``context``, default the
+        current one). ``requests``: how many requests (not watches) may be in flight at once."""
         from kubernetes import config as kconfig
         from kubernetes.client import Configuration
 
@@ -73,11 +75,14 @@ class KubeClient:
             kubeconfig is None
             and os.environ.get("KUBERNETES_SERVICE_HOST")
             and not os.environ.get("KUBECONFIG")
+            and context is None
         ):
             kconfig.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             kconfig.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
+                config_file=str(kubeconfig) if kubeconfig else None,
+                context=context,
+                client_configuration=configuration,
             )
         tls: ssl.SSLContext | bool = False
         if configuration.host.startswith("https"):
@@ -195,6 +200,21 @@ class KubeClient:
 
     async def close(self) -> None:
         await self._session.close()
+
+
+def kubeconfig_namespace(kubeconfig: str | Path | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the kubeconfig context's (``context``, default the current
+    one), else ``default``."""
+    from kubernetes import config as kconfig
+
+    try:
+        contexts, current = kconfig.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig) if kubeconfig else None
+        )
+    except (kconfig.ConfigException, OSError):
+        return "default"
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
 
 def _error(status: int, text: str) -> ApiError:

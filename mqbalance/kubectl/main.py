@@ -1,0 +1,201 @@
+"""``kubectl mqbalance``: a consumer group's status, history and what-if, and pause and resume.
+
+Installed with the wheel as ``kubectl-mqbalance``, so kubectl finds it on the PATH as a plugin
+(krew's convention); it reads the kubeconfig as kubectl does (``--kubeconfig``, ``$KUBECONFIG``,
+``~/.kube/config``; ``--context``; the context's namespace unless ``-n`` names one).
+
+    kubectl mqbalance status orders -n shop
+    kubectl mqbalance history orders -o json
+    kubectl mqbalance what-if orders --strategy AVG
+    kubectl mqbalance what-if orders --members 5
+    kubectl mqbalance pause orders
+    kubectl mqbalance resume orders
+
+Exit status: 0, 1 when the API server refuses or the group cannot be shown, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from mqbalance.contract import (
+    CONFIGMAP_KEY,
+    CONSUMER_GROUPS,
+    AssignmentDocument,
+    DocumentError,
+    configmap_name,
+    custom_path,
+)
+from mqbalance.kubectl.views import (
+    ViewError,
+    group_status,
+    history_rows,
+    history_text,
+    status_text,
+    what_if,
+    what_if_text,
+)
+
+PROG = "kubectl mqbalance"
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namespace", help="the group's namespace (default: the context's)")
+    common.add_argument("--kubeconfig", help="the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    common.add_argument("--context", help="the kubeconfig context (default: the current one)")
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+
+    top = argparse.ArgumentParser(prog=PROG, description="Day-2 operations on mqbalance ConsumerGroups.")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, summary in (
+        ("status", "members, zones, queues per member, lag and handover in progress"),
+        ("history", "the last generations: when, why, members, queues moved, handover time"),
+    ):
+        sub = commands.add_parser(name, parents=[common, output], help=summary, description=summary)
+        sub.add_argument("group", help="the ConsumerGroup resource's name")
+    sub = commands.add_parser(
+        "what-if",
+        parents=[common, output],
+        help="the moves another strategy or member count would cause now",
+        description="The moves another strategy or member count would cause now, computed by the "
+        "operator's own strategies from the assignment published now; nothing is changed.",
+    )
+    sub.add_argument("group", help="the ConsumerGroup resource's name")
+    sub.add_argument(
+        "--strategy", help="a strategy name (AVG, STICKY, ...) or a spec.strategy object as JSON"
+    )
+    sub.add_argument("--members", type=int, help="this many members instead of those published now")
+    for name, summary in (
+        ("pause", "every member gives up its queues through the group's handover (spec.paused: true)"),
+        ("resume", "the group is assigned again (spec.paused: false)"),
+    ):
+        sub = commands.add_parser(name, parents=[common, output], help=summary, description=summary)
+        sub.add_argument("group", help="the ConsumerGroup resource's name")
+    return top
+
+
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
+    args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    out = out or sys.stdout
+    try:
+        from mqbalance.kube import ApiError
+    except ModuleNotFoundError as e:  # aiohttp or kubernetes missing
+        print(f"{PROG}: needs {e.name}; install it with: pip install 'mqbalance[cli]'", file=sys.stderr)
+        return 2
+    try:
+        shown = asyncio.run(run(args))
+    except ViewError as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return 1
+    except ApiError as e:
+        print(f"{PROG} {args.command}: {explain(e, args)}", file=sys.stderr)
+        return 1
+    print(render(args.command, args.output, shown), file=out)
+    return 0
+
+
+async def run(args: argparse.Namespace) -> tuple[Any, str]:
+    """What to print: (data for -o json|yaml, text for the table)."""
+    from mqbalance.kube import KubeClient, kubeconfig_namespace
+
+    namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
+    client = await KubeClient.connect(args.kubeconfig, requests=4, context=args.context)
+    try:
+        path = custom_path(CONSUMER_GROUPS, namespace, args.group)
+        if args.command in ("pause", "resume"):
+            paused = args.command == "pause"
+            group = await client.merge_patch(path, {"spec": {"paused": paused}})
+            view = group_status(group, None)
+            what = "paused: its members give up their queues" if paused else "resumed: it is assigned again"
+            return (
+                view,
+                f"consumergroup {namespace}/{args.group} {what}; see kubectl mqbalance status {args.group}",
+            )
+        group = await client.get(path)
+        if args.command == "history":
+            entries = history_rows(group)
+            return entries, history_text(entries)
+        document = await published(client, namespace, args.group)
+        if args.command == "status":
+            view = group_status(group, document)
+            return view, status_text(view)
+        if document is None:
+            raise ViewError(
+                f"{namespace}/{args.group} has no assignment published yet: nothing to compare with"
+            )
+        strategy = strategy_argument(args.strategy)
+        if strategy is None and args.members is None:
+            raise ViewError("say what to change: --strategy NAME and/or --members N")
+        result = what_if(group, document, strategy, args.members)
+        return result.to_json(), what_if_text(group, document, result)
+    finally:
+        await client.close()
+
+
+async def published(client: Any, namespace: str, group: str) -> AssignmentDocument | None:
+    """The group's document as published now (None: none yet)."""
+    from mqbalance.kube import ApiError
+
+    try:
+        configmap = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{configmap_name(group)}")
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+    text = (configmap.get("data") or {}).get(CONFIGMAP_KEY)
+    if text is None:
+        return None
+    try:
+        return AssignmentDocument.decode(text)
+    except DocumentError as e:
+        raise ViewError(f"the published assignment cannot be read: {e}") from None
+
+
+def strategy_argument(value: str | None) -> dict[str, Any] | None:
+    """``--strategy``: a bare name, or a spec.strategy object as JSON."""
+    if value is None:
+        return None
+    if value.lstrip().startswith("{"):
+        try:
+            data = json.loads(value)
+        except ValueError as e:
+            raise ViewError(f"--strategy is not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ViewError("--strategy must be a name or a JSON object")
+        return data
+    return {"name": value.upper()}
+
+
+def explain(error: Exception, args: argparse.Namespace) -> str:
+    """The API server's refusal, with what to do about the usual ones."""
+    status = getattr(error, "status", 0)
+    where = f"consumergroup {args.group!r}" + (f" in namespace {args.namespace!r}" if args.namespace else "")
+    if status == 404:
+        return f"{where} not found (kubectl get consumergroups -A lists them)"
+    if status == 403:
+        return f"{error} (ask for get, and patch for pause and resume, on consumergroups.mqbalance.io)"
+    if status == 0:
+        return f"the API server did not answer: {error}"
+    return str(error)
+
+
+def render(command: str, output: str, shown: tuple[Any, str]) -> str:
+    data, text = shown
+    if output == "json":
+        return json.dumps(data, indent=2, sort_keys=True)
+    if output == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump(data, sort_keys=True)).rstrip()
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())
