@@ -212,9 +212,10 @@ MUTANTS: dict[str, Mutant] = {
             "released-before-release",
             released_before_release,
             "a revoked queue handed on before its release",
-            # Not test_operator_killed_between_revoke_and_assign: it passes under this mutant (its
-            # checks see two steps per move and no override, not whose release let a queue go).
-            (f"{HANDOVER}::test_queues_move_only_after_their_owner_released_them",),
+            (
+                f"{HANDOVER}::test_queues_move_only_after_their_owner_released_them",
+                f"{RELIABILITY_HANDOVER}::test_operator_killed_between_revoke_and_assign[default]",
+            ),
         ),
         Mutant(
             "override-at-once",

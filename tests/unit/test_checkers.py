@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from harness.e2e import Record, Score, journal_owners, score_variant
-from mqbalance.contract import AssignmentDocument, Release
+from mqbalance.contract import Ack, AssignmentDocument, Release
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageModel, MessageQueue, StrategyName, StrategySpec
 from tests.integration.invariants import check_document, check_journal, consumer_problems
@@ -20,6 +20,7 @@ from tests.integration.reliability.reliability_support import (
     GenerationWatcher,
     Published,
     handover_problems,
+    release_problems,
     unexpected_errors,
 )
 
@@ -228,6 +229,49 @@ def test_generations_that_are_not_consecutive_cannot_be_compared() -> None:
     history = [published(1, {"a": [0, 1, 2, 3]}), published(3, {"b": [0, 1, 2, 3]})]
     problems, pairs = handover_problems(history, departed=set())
     assert (problems, pairs) == (["generations 1 and 3 are not consecutive"], 0)
+
+
+def revoking(acks: Mapping[str, Ack] | None) -> list[Published]:
+    """Generation 2 revokes queue 1 from a and queue 3 from b for c; generation 3 gives both to c,
+    published when the acknowledgements were ``acks``."""
+    revoked = (Release("a", 2, 0.0, (QUEUES[1],)), Release("b", 2, 0.0, (QUEUES[3],)))
+    return [
+        published(1, {"a": [0, 1], "b": [2, 3]}),
+        Published(GROUP, 2, topics({"a": [0], "b": [2], "c": []}), ("a", "b", "c"), revoked, "watch"),
+        Published(
+            GROUP, 3, topics({"a": [0], "b": [2], "c": [1, 3]}), ("a", "b", "c"), (), "watch", acks=acks
+        ),
+    ]
+
+
+def test_a_revoked_queue_handed_on_at_another_owners_release_is_caught() -> None:
+    # a released, b did not: handing b's queue on with a's is the defect.
+    problems, checked = release_problems(revoking({"a": Ack(2, False), "b": Ack(1, False)}), set())
+    assert checked == 2
+    assert len(problems) == 1
+    assert problems[0].startswith("generation 3: 1 queues revoked from b in generation 2 handed on before")
+    # b gone (its pod deleted): its queues need no release.
+    assert release_problems(revoking({"a": Ack(2, False)}), departed={"b"}) == ([], 1)
+
+
+def test_queues_handed_on_after_their_owners_released_them_pass() -> None:
+    both = {"a": Ack(2, False), "b": Ack(3, False)}
+    assert release_problems(revoking(both), set()) == ([], 2)
+    # "all" having seen the generation before the revocation releases it too (the contract's rule).
+    assert release_problems(revoking({"a": Ack(2, False), "b": Ack(1, True)}), set()) == ([], 2)
+    assert release_problems(revoking({"a": Ack(2, False), "b": Ack(0, True)}), set())[0] != []
+
+
+def test_a_revocation_taken_back_hands_nothing_on() -> None:
+    history = revoking({})
+    back = Published(
+        GROUP, 3, topics({"a": [0, 1], "b": [2, 3], "c": []}), ("a", "b", "c"), (), "watch", acks={}
+    )
+    assert release_problems([*history[:2], back], set()) == ([], 0)
+
+
+def test_handed_on_queues_are_not_checked_without_the_acknowledgements() -> None:
+    assert release_problems(revoking(None), set()) == ([], 0)
 
 
 # -- logs -------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from harness.apps.operator import OperatorProcess
 from harness.kube import kubelet
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
-from mqbalance.contract import CONFIGMAP_KEY, AssignmentDocument, DocumentError, Release
+from mqbalance.contract import CONFIGMAP_KEY, Ack, AssignmentDocument, DocumentError, Release, decode_acks
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue
 from tests.integration.invariants import assignment_problems
@@ -62,6 +62,10 @@ class Published:
     """``watch`` or ``journal``."""
     resource_version: str = ""
     published_by: str | None = None
+    acks: Mapping[str, Ack] | None = None
+    """The group's release acknowledgements as the watch had delivered them when this generation
+    came (one watch delivers every ConfigMap of the namespace in the order they were written);
+    None: not known (read from the journal, or at a relist)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ class GenerationWatcher:
     """(group, first, last) generations published while the watch was away."""
     _initial: set[str] = field(default_factory=set)
     """Groups already published when the watcher first listed: their history before is not ours."""
+    _acks: dict[str, dict[str, Ack]] = field(default_factory=dict)
+    """Group -> its releases ConfigMap's acknowledgements as last delivered."""
     _lists: int = 0
     _down: bool = False
     _versions: set[str] = field(default_factory=set)
@@ -229,6 +235,12 @@ class GenerationWatcher:
                     self._initial.add(name.removesuffix("-assignment"))
                 self.record(name, version, text, annotations, relisted=not first)
 
+    def record_releases(self, name: str | None, data: Mapping[str, str] | None) -> None:
+        """A version of a group's releases ConfigMap, in the watch's order."""
+        if name and name.endswith("-releases"):
+            with self._lock:
+                self._acks[name.removesuffix("-releases")] = decode_acks(data)
+
     def record(
         self,
         name: str,
@@ -280,6 +292,7 @@ class GenerationWatcher:
                     "watch",
                     version,
                     (annotations or {}).get(PUBLISHED_BY),
+                    None if relisted else dict(self._acks.get(group, {})),
                 )
             )
 
@@ -353,6 +366,8 @@ class GenerationWatcher:
                     listed = core.list_namespaced_config_map(self.namespace, _request_timeout=10)
                     self.worked()
                     self.listed(_entry(cm.metadata, cm.data) for cm in listed.items)
+                    for cm in listed.items:  # acknowledgements from before are known only as they are now
+                        self.record_releases(cm.metadata.name if cm.metadata else None, cm.data)
                     assert listed.metadata is not None
                     version = listed.metadata.resource_version
                 w = watch.Watch()
@@ -370,6 +385,7 @@ class GenerationWatcher:
                         continue
                     version = event["object"].metadata.resource_version
                     if event["type"] != "DELETED":
+                        self.record_releases(event["object"].metadata.name, event["object"].data)
                         self.record(*_entry(event["object"].metadata, event["object"].data))
                     if self._stop.is_set():
                         break
@@ -422,6 +438,37 @@ def handover_problems(history: Sequence[Published], departed: set[str]) -> tuple
                             f"generation {after.generation}: {mq} went from {old} to {member} in one step"
                         )
     return problems, pairs
+
+
+def release_problems(history: Sequence[Published], departed: set[str]) -> tuple[list[str], int]:
+    """Revoked queues handed on before their owner released them: across consecutive generations, a
+    queue the first still held back from its owner (``releasing``) and the second gives to another member,
+    while that owner's acknowledgement as the watch had delivered it said it had not let go (it
+    acknowledged the revoking generation, or said "all" having seen the one before: the contract's
+    rule, docs/sidecar.md) and the owner was not gone (``departed``). Also how many handed-on
+    queues were checked (a pair whose acknowledgements are not known is not checked)."""
+    problems = []
+    checked = 0
+    for before, after in itertools.pairwise(history):
+        if after.generation != before.generation + 1 or after.acks is None:
+            continue
+        given = {mq: member for a in after.topics.values() for member, qs in a.items() for mq in qs}
+        for release in before.releasing:
+            # A revocation taken back (the queue given to its owner again) hands nothing on.
+            moved = [mq for mq in release.queues if given.get(mq, release.owner) != release.owner]
+            if not moved or release.owner in departed:
+                continue
+            checked += len(moved)
+            ack = after.acks.get(release.owner)
+            if ack is None or not (
+                ack.generation >= release.generation or (ack.all and ack.generation >= release.generation - 1)
+            ):
+                problems.append(
+                    f"generation {after.generation}: {len(moved)} queues revoked from {release.owner} in "
+                    f"generation {release.generation} handed on before it released them (its ack: "
+                    f"{ack}): {moved[0]}"
+                )
+    return problems, checked
 
 
 LOG_LINE = re.compile(

@@ -40,6 +40,7 @@ from tests.integration.reliability.reliability_support import (
     Rig,
     handover_problems,
     owner_count,
+    release_problems,
 )
 
 GROUP = "handover"
@@ -247,7 +248,9 @@ class HandoverRig(Rig):
         self.settled(queues)
         return queues, op
 
-    def rounds(self, rounds: int, seed: int, one: Round, max_outages: int = 0) -> dict[str, int]:
+    def rounds(
+        self, rounds: int, seed: int, one: Round, max_outages: int = 0, min_handed_on: int = 0
+    ) -> dict[str, int]:
         """The group begun (:meth:`begin`), ``one`` round run ``rounds`` times (it returns the operator
         running after it), the operator stopped; the figures (:meth:`check_clean`)."""
         rng = random.Random(seed)
@@ -255,7 +258,7 @@ class HandoverRig(Rig):
         for i in range(rounds):
             op = one(i, rng, op, queues)
         self.stop_operator(op)
-        return self.check_clean(op, rounds, max_outages)
+        return self.check_clean(op, rounds, max_outages, min_handed_on)
 
     def settled(self, queues: list[MessageQueue]) -> AssignmentDocument:
         """The document naming exactly the fleet's members, nothing releasing (:func:`settled`)."""
@@ -271,10 +274,13 @@ class HandoverRig(Rig):
         status_for(self.api, self.namespace, GROUP, self.document().generation)
         op.stop()
 
-    def check_clean(self, op: OperatorProcess, rounds: int, max_outages: int = 0) -> dict[str, int]:
+    def check_clean(
+        self, op: OperatorProcess, rounds: int, max_outages: int = 0, min_handed_on: int = 0
+    ) -> dict[str, int]:
         """Every generation checked, by the watcher and across each consecutive two; at least the
         ones the test caused: the first assignment, and per round the revoking generation and the
-        one assigning what was released. The figures."""
+        one assigning what was released; at least ``min_handed_on`` revoked queues of live owners
+        checked to have been handed on after their owner released them. The figures."""
         api, namespace, watcher = self.api, self.namespace, self.watcher
         latest = read_document(api, namespace, GROUP)
         assert latest is not None
@@ -284,15 +290,21 @@ class HandoverRig(Rig):
             min_generations=caused, max_outages=max_outages, journal=op.journal_records()
         )
         problems, pairs = handover_problems(watcher.history(GROUP), self.fleet.departed)
+        released, handed_on = release_problems(watcher.history(GROUP), self.fleet.departed)
+        problems += released
         assert not problems, "\n".join(problems)
         assert pairs >= caused - 1, (
             f"only {pairs} pairs of consecutive generations compared ({caused} caused)"
+        )
+        assert handed_on >= min_handed_on, (
+            f"only {handed_on} revoked queues of live owners checked ({min_handed_on} expected)"
         )
         handover = status_for(api, namespace, GROUP, latest.generation).get("handover") or {}
         assert handover.get("overriddenQueues", 0) == 0, f"a release was overridden: {handover}"
         return {
             "generations_checked": figures.generations_checked,
             "pairs_compared": pairs,
+            "released_queues_checked": handed_on,
             "gaps_from_journal": figures.generations_from_journal,
             "watch_outages": figures.outages,
         }
@@ -363,7 +375,9 @@ def operator_kill_rounds(rig: HandoverRig, rounds: int, seed: int) -> dict[str, 
             fleet.finish_leaving(pod)
         return op
 
-    return {"kills": rounds, "rounds": rounds, **rig.rounds(rounds, seed, one)}
+    # The first round is a join (two members begin): their queues are handed on at their release
+    # (the others' may go back to their owners, or belong to a leaver, which needs no release).
+    return {"kills": rounds, "rounds": rounds, **rig.rounds(rounds, seed, one, min_handed_on=1)}
 
 
 @pytest.mark.parametrize(
