@@ -12,6 +12,10 @@ from mqbalance.operator.spec import GroupSpec
 
 LOAD_IMBALANCE = "load-imbalance"
 """The reason of a generation that STICKY with ``load`` published to even out measured traffic."""
+PAUSED = "paused"
+"""The reason of the generation that takes every queue from the members of a group being paused."""
+RESUMED = "resumed"
+"""The reason of the first generation that assigns queues again after a pause."""
 
 
 def merged(
@@ -36,6 +40,11 @@ def change_reason(
     prev = obs.previous
     if prev is None:
         return "initial"
+    was_paused = bool(obs.status.get("pausedBy"))
+    if obs.pause and not was_paused:
+        return PAUSED
+    if was_paused and not obs.pause:
+        return RESUMED
     observed_generation = obs.status.get("observedGeneration")
     if (observed_generation is not None and observed_generation != obs.generation) or (
         prev.strategy != spec.strategy.name.value or prev.message_model != spec.message_model.value

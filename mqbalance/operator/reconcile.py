@@ -44,7 +44,7 @@ from mqbalance.contract import (
 )
 from mqbalance.contract.bounds import OverBound, check_assignment_size
 from mqbalance.journal import JournalRecord
-from mqbalance.model import MessageModel, Zones
+from mqbalance.model import MessageModel, MessageQueue, Zones, sort_queues
 from mqbalance.operator.change import LOAD_IMBALANCE, change_reason, handover_notes, merged
 from mqbalance.operator.conditions import condition_status, rfc3339
 from mqbalance.operator.handover import Step, step, with_releasing
@@ -53,7 +53,7 @@ from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members
 from mqbalance.operator.observation import Interest, Note, Observed, Outcome
 from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
-from mqbalance.operator.status import group_status, int_field, with_lag
+from mqbalance.operator.status import group_status, history_entry, int_field, with_lag
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, LoadState, allocate_group
 
@@ -132,6 +132,13 @@ def _decide(obs: Observed) -> Outcome:
         kept = held_before.get(topic, {}) if held_before else {}
         topics[topic] = {member: tuple(kept.get(member, ())) for member in member_zones}
     topics = {route.topic: topics[route.topic] for route in routes}
+    allotted = topics  # the strategy's share, what a change is judged by even while paused
+    withdrawn: list[MessageQueue] = []
+    if obs.pause:
+        # Held paused: nobody is given anything, and whoever holds a queue lets go of it through
+        # the handover (revoked, acknowledged) as if it moved.
+        withdrawn = sort_queues({mq for a in (held_before or {}).values() for qs in a.values() for mq in qs})
+        topics = {topic: {member: () for member in member_zones} for topic in topics}
 
     generation = (
         max(obs.previous.generation if obs.previous else 0, int_field(obs.status.get("assignmentGeneration")))
@@ -149,11 +156,10 @@ def _decide(obs: Observed) -> Outcome:
             generation=generation,
             now=obs.now,
             leases=leases,
+            withdrawn=withdrawn,
         )
-        target, topics, releasing = topics, handover.topics, handover.releasing
-    else:
-        target = topics
-    reason = change_reason(obs, spec, member_zones, target, broker_zones)
+        topics, releasing = handover.topics, handover.releasing
+    reason = change_reason(obs, spec, member_zones, allotted, broker_zones)
     if (
         reason == "resync"
         and handover is not None
@@ -236,7 +242,17 @@ def _decide(obs: Observed) -> Outcome:
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
     status = group_status(
-        obs, generation, figures, current, member_zones, spec, warnings, empty, last, handover
+        obs,
+        generation,
+        figures,
+        current,
+        member_zones,
+        spec,
+        warnings,
+        empty,
+        last,
+        handover,
+        history_entry(generation, obs.now, reason, len(member_zones), figures.moved, handover),
     )
     record = JournalRecord(
         namespace=obs.namespace,
