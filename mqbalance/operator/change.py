@@ -60,9 +60,13 @@ def change_reason(
         return "member-left"
     if dict(member_zones) != dict(prev.members):
         return "zone-changed"
+    if dict(broker_zones) != dict(prev.broker_zones):
+        return "topics-changed"
+    if obs.pause:
+        return "resync"  # a paused document names only the queues still being released
     prev_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in with_releasing(prev).items()}
     now_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in topics.items()}
-    if prev_queues != now_queues or dict(broker_zones) != dict(prev.broker_zones):
+    if prev_queues != now_queues:
         return "topics-changed"
     return "resync"
 

@@ -806,6 +806,8 @@ async def test_a_paused_group_with_release_revokes_every_owner_and_assigns_nothi
         assert group_status(h)["heldQueues"] == 0
         assert paused_condition(h) == ("True", "Paused")
         assert h.counter("mqbalance_handover_assigned_queues_total", outcome="released") == 4
+        # p1's release, then p2's: each hands queues to nobody, and says so.
+        assert [r.reason for r in h.journal.records[2:]] == ["released", "released"]
 
 
 async def test_a_resumed_group_is_assigned_again_and_its_history_tells_the_pause() -> None:
