@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.apps.sidecar import SidecarProcess
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
 from mqbalance.contract import AssignmentDocument
@@ -32,6 +33,16 @@ def published(testbed: Testbed, group: str, test: Any, what: str) -> AssignmentD
         return doc if doc is not None and test(doc) else None
 
     return wait_for(what, probe, timeout=60)
+
+
+def serving(pod: str, sidecar: SidecarProcess, generation: int) -> dict[str, Any]:
+    """The sidecar's view once it serves ``generation`` (it follows the ConfigMap by its own watch)."""
+
+    def probe() -> dict[str, Any] | None:
+        view = sidecar.client.queues()
+        return view if view["generation"] >= generation else None
+
+    return wait_for(f"{pod}'s sidecar to serve generation {generation}", probe)
 
 
 def set_paused(testbed: Testbed, group: str, paused: bool) -> None:
@@ -65,10 +76,7 @@ def test_a_paused_group_releases_every_queue_and_a_resumed_one_is_assigned_again
     assert condition(status, "Ready")["status"] == "False"
 
     for pod, sidecar in apps.items():  # each application commits its offsets and lets go
-        wait_for(
-            f"{pod}'s sidecar to serve generation {revoked.generation}",
-            lambda s=sidecar: s.client.queues()["generation"] >= revoked.generation,
-        )
+        serving(pod, sidecar, revoked.generation)
         sidecar.client.release(revoked.generation)
     quiet = published(
         testbed, group, lambda d: d.generation > revoked.generation and not d.releasing, "nothing held"
@@ -82,10 +90,7 @@ def test_a_paused_group_releases_every_queue_and_a_resumed_one_is_assigned_again
         "Paused",
     )
     for pod, sidecar in apps.items():  # what each application is told: hold nothing
-        view = wait_for(
-            f"{pod}'s sidecar to serve generation {quiet.generation}",
-            lambda s=sidecar: (v := s.client.queues())["generation"] >= quiet.generation and v,
-        )
+        view = serving(pod, sidecar, quiet.generation)
         assert (view["isMember"], view["queueCount"], view["releasing"]) == (True, 0, [])
     table = cluster.kubectl("get", "consumergroups", group, "-n", ns).stdout
     header, row = table.splitlines()
