@@ -17,6 +17,10 @@ Rules:
 - no members is a real state: the group publishes an assignment with no members
   (so no sidecar keeps serving queues of pods that are gone), Ready=False and
   Degraded=True;
+- a group held paused (``pause`` names why) is assigned nothing: whoever holds a queue lets go of
+  it through the handover (revoked, released, then given nobody; with handover Off at once), in a
+  generation with reason ``paused``; the first one after the last reason is gone has ``resumed``.
+  ``status.history`` lists the last generations published;
 - the lag loop's last reading (``lag``) is in every status written: ``status.lag`` and the
   LagAvailable condition;
 - STICKY with ``load`` balances the per-queue rates of the observation (``loads``), with the
@@ -166,7 +170,7 @@ def _decide(obs: Observed) -> Outcome:
         and (handover.released or handover.gone or handover.overridden)
     ):
         reason = "released"
-    if reason == "resync" and load_target is not None and previous is not None:
+    if reason == "resync" and load_target is not None and previous is not None and not obs.pause:
         held_then = {m: set(qs) for m, qs in previous.items() if qs}
         if {m: set(qs) for m, qs in load_target.items() if qs} != held_then:
             reason = LOAD_IMBALANCE  # nothing else changed: the strategy moved queues for load
