@@ -12,6 +12,10 @@ from mqbalance.operator.spec import GroupSpec
 
 LOAD_IMBALANCE = "load-imbalance"
 """The reason of a generation that STICKY with ``load`` published to even out measured traffic."""
+PAUSED = "paused"
+"""The reason of the generation that takes every queue from the members of a group being paused."""
+RESUMED = "resumed"
+"""The reason of the first generation that assigns queues again after a pause."""
 
 
 def merged(
@@ -36,6 +40,11 @@ def change_reason(
     prev = obs.previous
     if prev is None:
         return "initial"
+    was_paused = bool(obs.status.get("pausedBy"))
+    if obs.pause and not was_paused:
+        return PAUSED
+    if was_paused and not obs.pause:
+        return RESUMED
     observed_generation = obs.status.get("observedGeneration")
     if (observed_generation is not None and observed_generation != obs.generation) or (
         prev.strategy != spec.strategy.name.value or prev.message_model != spec.message_model.value
@@ -51,9 +60,13 @@ def change_reason(
         return "member-left"
     if dict(member_zones) != dict(prev.members):
         return "zone-changed"
+    if dict(broker_zones) != dict(prev.broker_zones):
+        return "topics-changed"
+    if obs.pause:
+        return "resync"  # a paused document names only the queues still being released
     prev_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in with_releasing(prev).items()}
     now_queues = {t: {mq for qs in a.values() for mq in qs} for t, a in topics.items()}
-    if prev_queues != now_queues or dict(broker_zones) != dict(prev.broker_zones):
+    if prev_queues != now_queues:
         return "topics-changed"
     return "resync"
 

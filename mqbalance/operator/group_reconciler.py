@@ -156,6 +156,7 @@ class GroupReconciler:
             leases=self.world.member_leases(group),
             releases_configmap=releases is not None or publication.releases_made,
             lag=group.lag,
+            pause=self.world.pause_holds(ns, name),
         )
         computing = time.perf_counter()
         outcome = await self.decide(observed)

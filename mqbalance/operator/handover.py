@@ -100,6 +100,7 @@ def step(
     generation: int,
     now: float,
     leases: MemberLeases | None = None,
+    withdrawn: Iterable[MessageQueue] = (),
 ) -> Step:
     """From the published document and the strategy's ``target`` to the next generation's share.
 
@@ -109,6 +110,8 @@ def step(
     ``generation``: the number the next document will carry, should it revoke anything.
     ``leases``: the member Leases as the operator saw them (None: not watched); a departed owner's
     queues wait for its Lease to be silent for ``lease + lease_margin`` too.
+    ``withdrawn``: queues ``target`` gives nobody whose holder must still let go of them (a paused
+    group): revoked like a move, and given nobody once released.
     """
     held = _holders(published.topics) if published else {}
     latest = published.generation if published else 0
@@ -145,47 +148,56 @@ def step(
     finished: dict[tuple[str, int, float], str] = {}
     overridden_owners: set[str] = set()
 
-    for topic, assignment in target.items():
-        for member, queues in assignment.items():
-            for mq in queues:
-                owner = held.get(mq)
-                release = pending.get(mq)
-                if owner == member or (owner is None and release is None):
-                    topics[topic][member].append(mq)  # staying, or new
-                elif owner is not None:
-                    if spec.mode is HandoverMode.OFF or holds_nothing(owner):
-                        topics[topic][member].append(mq)  # nobody to wait for
-                    elif owner not in alive and owner not in departed:
-                        topics[topic][member].append(mq)  # finished: nobody to wait for
-                    else:
-                        revoking.setdefault(owner, []).append(mq)
+    def give(topic: str, member: str | None, mq: MessageQueue) -> None:
+        if member is not None:  # None: withdrawn, nobody takes it
+            topics[topic][member].append(mq)
+
+    wanted: list[tuple[str, str | None, MessageQueue]] = [
+        (topic, member, mq)
+        for topic, assignment in target.items()
+        for member, qs in assignment.items()
+        for mq in qs
+    ]
+    wanted += [(mq.topic, None, mq) for mq in withdrawn]
+    for topic, member, mq in wanted:
+        owner = held.get(mq)
+        release = pending.get(mq)
+        if (owner is not None and owner == member) or (owner is None and release is None):
+            give(topic, member, mq)  # staying, or new
+        elif owner is not None:
+            if spec.mode is HandoverMode.OFF or holds_nothing(owner):
+                give(topic, member, mq)  # nobody to wait for
+            elif owner not in alive and owner not in departed:
+                give(topic, member, mq)  # finished: nobody to wait for
+            else:
+                revoking.setdefault(owner, []).append(mq)
+        else:
+            assert release is not None
+            key = (release.owner, release.generation, release.since)
+            if release.owner == member:
+                give(topic, member, mq)  # back to where it was: nothing to release
+            elif released(release.owner, release.generation):
+                give(topic, member, mq)
+                outcome["released"] += 1
+                finished[key] = "released"
+            elif release.owner in departed:
+                if now >= spec.expired_at(release.since) and lease_silent(release.owner):
+                    give(topic, member, mq)  # its grant has surely expired
+                    outcome["gone"] += 1
+                    finished[key] = "gone"
                 else:
-                    assert release is not None
-                    key = (release.owner, release.generation, release.since)
-                    if release.owner == member:
-                        topics[topic][member].append(mq)  # back to where it was: nothing to release
-                    elif released(release.owner, release.generation):
-                        topics[topic][member].append(mq)
-                        outcome["released"] += 1
-                        finished[key] = "released"
-                    elif release.owner in departed:
-                        if now >= spec.expired_at(release.since) and lease_silent(release.owner):
-                            topics[topic][member].append(mq)  # its grant has surely expired
-                            outcome["gone"] += 1
-                            finished[key] = "gone"
-                        else:
-                            kept.setdefault(key, []).append(mq)
-                    elif release.owner not in alive:
-                        topics[topic][member].append(mq)
-                        outcome["gone"] += 1
-                        finished[key] = "gone"
-                    elif spec.mode is HandoverMode.OFF or now >= spec.override_at(release.since):
-                        topics[topic][member].append(mq)
-                        outcome["overridden"] += 1
-                        overridden_owners.add(release.owner)
-                        finished[key] = "overridden"
-                    else:
-                        kept.setdefault(key, []).append(mq)
+                    kept.setdefault(key, []).append(mq)
+            elif release.owner not in alive:
+                give(topic, member, mq)
+                outcome["gone"] += 1
+                finished[key] = "gone"
+            elif spec.mode is HandoverMode.OFF or now >= spec.override_at(release.since):
+                give(topic, member, mq)
+                outcome["overridden"] += 1
+                overridden_owners.add(release.owner)
+                finished[key] = "overridden"
+            else:
+                kept.setdefault(key, []).append(mq)
 
     releasing = [
         Release(owner, release_generation, since, tuple(sort_queues(queues)))

@@ -47,6 +47,8 @@ class GroupGauges:
     unassigned_queues: int
     generation: int
     invalid: bool
+    paused: bool = False
+    """Held paused (status.pausedBy): nothing is assigned."""
 
 
 # metric name, help, GroupGauges attribute
@@ -78,6 +80,11 @@ GROUP_GAUGES = (
         "mqbalance_group_invalid",
         "1 while the group's spec cannot be honoured (condition Invalid).",
         "invalid",
+    ),
+    (
+        "mqbalance_group_paused",
+        "1 while the group is held paused (status.pausedBy): its members are assigned nothing.",
+        "paused",
     ),
 )
 

@@ -89,6 +89,10 @@ class Observed:
     """Whether the group's releases ConfigMap exists (or was created): where ``acks`` are read."""
     lag: LagReading | None = None
     """The lag loop's last reading (None: none yet, the status keeps the lag it shows)."""
+    pause: tuple[str, ...] = ()
+    """Why the group is held paused, e.g. ``("spec.paused",)`` (``World.pause_holds``); empty: it is
+    not. Paused, every member gives up its queues through the group's handover and the published
+    generations assign nobody anything until no reason is left."""
 
     def lacks_releases(self, spec: GroupSpec) -> bool:
         """Whether the group's handover waits for acknowledgements in a releases ConfigMap it has not."""

@@ -17,6 +17,10 @@ Rules:
 - no members is a real state: the group publishes an assignment with no members
   (so no sidecar keeps serving queues of pods that are gone), Ready=False and
   Degraded=True;
+- a group held paused (``pause`` names why) is assigned nothing: whoever holds a queue lets go of
+  it through the handover (revoked, released, then given nobody; with handover Off at once), in a
+  generation with reason ``paused``; the first one after the last reason is gone has ``resumed``.
+  ``status.history`` lists the last generations published;
 - the lag loop's last reading (``lag``) is in every status written: ``status.lag`` and the
   LagAvailable condition;
 - STICKY with ``load`` balances the per-queue rates of the observation (``loads``), with the
@@ -44,7 +48,7 @@ from mqbalance.contract import (
 )
 from mqbalance.contract.bounds import OverBound, check_assignment_size
 from mqbalance.journal import JournalRecord
-from mqbalance.model import MessageModel, Zones
+from mqbalance.model import MessageModel, MessageQueue, Zones, sort_queues
 from mqbalance.operator.change import LOAD_IMBALANCE, change_reason, handover_notes, merged
 from mqbalance.operator.conditions import condition_status, rfc3339
 from mqbalance.operator.handover import Step, step, with_releasing
@@ -53,7 +57,7 @@ from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members
 from mqbalance.operator.observation import Interest, Note, Observed, Outcome
 from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
-from mqbalance.operator.status import group_status, int_field, with_lag
+from mqbalance.operator.status import group_status, history_entry, int_field, with_lag
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, LoadState, allocate_group
 
@@ -132,6 +136,13 @@ def _decide(obs: Observed) -> Outcome:
         kept = held_before.get(topic, {}) if held_before else {}
         topics[topic] = {member: tuple(kept.get(member, ())) for member in member_zones}
     topics = {route.topic: topics[route.topic] for route in routes}
+    allotted = topics  # the strategy's share, what a change is judged by even while paused
+    withdrawn: list[MessageQueue] = []
+    if obs.pause:
+        # Held paused: nobody is given anything, and whoever holds a queue lets go of it through
+        # the handover (revoked, acknowledged) as if it moved.
+        withdrawn = sort_queues({mq for a in (held_before or {}).values() for qs in a.values() for mq in qs})
+        topics = {topic: {member: () for member in member_zones} for topic in topics}
 
     generation = (
         max(obs.previous.generation if obs.previous else 0, int_field(obs.status.get("assignmentGeneration")))
@@ -149,18 +160,17 @@ def _decide(obs: Observed) -> Outcome:
             generation=generation,
             now=obs.now,
             leases=leases,
+            withdrawn=withdrawn,
         )
-        target, topics, releasing = topics, handover.topics, handover.releasing
-    else:
-        target = topics
-    reason = change_reason(obs, spec, member_zones, target, broker_zones)
+        topics, releasing = handover.topics, handover.releasing
+    reason = change_reason(obs, spec, member_zones, allotted, broker_zones)
     if (
         reason == "resync"
         and handover is not None
         and (handover.released or handover.gone or handover.overridden)
     ):
         reason = "released"
-    if reason == "resync" and load_target is not None and previous is not None:
+    if reason == "resync" and load_target is not None and previous is not None and not obs.pause:
         held_then = {m: set(qs) for m, qs in previous.items() if qs}
         if {m: set(qs) for m, qs in load_target.items() if qs} != held_then:
             reason = LOAD_IMBALANCE  # nothing else changed: the strategy moved queues for load
@@ -236,7 +246,17 @@ def _decide(obs: Observed) -> Outcome:
 
     last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
     status = group_status(
-        obs, generation, figures, current, member_zones, spec, warnings, empty, last, handover
+        obs,
+        generation,
+        figures,
+        current,
+        member_zones,
+        spec,
+        warnings,
+        empty,
+        last,
+        handover,
+        history_entry(generation, obs.now, reason, len(member_zones), figures.moved, handover),
     )
     record = JournalRecord(
         namespace=obs.namespace,

@@ -10,8 +10,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mqbalance.contract import configmap_name
+from mqbalance.contract.bounds import MAX_HISTORY
 from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel
-from mqbalance.operator.conditions import condition, rfc3339
+from mqbalance.operator.conditions import condition, condition_status, rfc3339
 from mqbalance.operator.conditions import set_condition as _set_condition
 from mqbalance.operator.handover import Step
 from mqbalance.operator.membership import PodInfo, not_serving
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from mqbalance.operator.observation import LagReading
 from mqbalance.quality import Figures
 
-CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid")
+CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid", "Paused")
 LAG_CONDITION = "LagAvailable"
 """Set from the lag loop's readings (lagpoll.py), after the others."""
 MAX_NOT_SERVING_LISTED = 10
@@ -43,6 +44,8 @@ class Observation(Protocol):
     def generation(self) -> int: ...
     @property
     def lag(self) -> LagReading | None: ...
+    @property
+    def pause(self) -> tuple[str, ...]: ...
 
 
 set_condition = partial(_set_condition, order=CONDITION_TYPES)
@@ -60,11 +63,16 @@ def group_status(
     empty: list[str],
     last_rebalance: dict[str, Any] | None,
     handover: Step | None = None,
+    published: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole status of a group that publishes ``generation``: figures, conditions, the pods not
-    serving, the handover under way."""
+    serving, the handover under way, the pause, the last generations (``published``: the history
+    entry of ``generation`` when this reconcile publishes it)."""
     pending = sum(len(r.queues) for r in handover.releasing) if handover else 0
     unassigned = f.unassigned - pending  # queues in a handover have no owner by design
+    held = pending + sum(len(qs) for qs in current.values())
+    if obs.pause:
+        unassigned = 0  # nobody is meant to hold anything
     zones: dict[str, int] = {}
     for zone in member_zones.values():
         zones[zone] = zones.get(zone, 0) + 1
@@ -73,7 +81,12 @@ def group_status(
     conds = list(obs.status.get("conditions") or [])
     now, gen = obs.now, obs.generation
     conds = set_condition(conds, "Invalid", "False", "Valid", "the spec can be honoured", now, gen)
-    if f.members:
+    paused_by = ", ".join(obs.pause)
+    if obs.pause:
+        conds = set_condition(
+            conds, "Ready", "False", "Paused", f"paused by {paused_by}: no member is served", now, gen
+        )
+    elif f.members:
         conds = set_condition(
             conds,
             "Ready",
@@ -93,7 +106,11 @@ def group_status(
             now,
             gen,
         )
-    if not f.members:
+    if obs.pause:
+        conds = set_condition(
+            conds, "Balanced", "Unknown", "Paused", "nothing is assigned while paused", now, gen
+        )
+    elif not f.members:
         conds = set_condition(conds, "Balanced", "Unknown", "NoMembers", "no members to balance", now, gen)
     elif spec.message_model is MessageModel.BROADCASTING:
         conds = set_condition(
@@ -151,13 +168,24 @@ def group_status(
         problems.append(
             ("ConfigMismatch", f"spec.strategy.config names queues no topic has: {', '.join(warnings)}")
         )
-    if problems:
+    if obs.pause:
+        conds = set_condition(
+            conds,
+            "Degraded",
+            "False",
+            "Paused",
+            f"paused by {paused_by}: no queue is meant to be served",
+            now,
+            gen,
+        )
+    elif problems:
         reason = problems[0][0]
         conds = set_condition(conds, "Degraded", "True", reason, "; ".join(m for _, m in problems), now, gen)
     else:
         conds = set_condition(
             conds, "Degraded", "False", "AllQueuesServed", "every queue has a member", now, gen
         )
+    conds = _pause_condition(conds, obs.pause, held, now, gen)
     status: dict[str, Any] = {
         "observedGeneration": gen,
         "assignmentGeneration": generation,
@@ -181,6 +209,14 @@ def group_status(
     }
     if not status["lastRebalance"]:
         del status["lastRebalance"]
+    if obs.pause:
+        status["pausedBy"] = list(obs.pause)
+        status["heldQueues"] = held
+    history = [e for e in obs.status.get("history") or [] if isinstance(e, Mapping)]
+    if published is not None:
+        history = [published, *history]
+    if history:
+        status["history"] = [dict(e) for e in history[:MAX_HISTORY]]
     if handover is not None:
         before = obs.status.get("handover") or {}
         overridden = int_field(before.get("overriddenQueues")) + handover.overridden
@@ -193,6 +229,43 @@ def group_status(
         if handover.releasing:
             status["handover"]["since"] = rfc3339(min(r.since for r in handover.releasing))
     return status
+
+
+def _pause_condition(
+    conds: list[dict[str, Any]], pause: tuple[str, ...], held: int, now: float, gen: int
+) -> list[dict[str, Any]]:
+    """Paused: True once no member holds a queue any more, False (``Pausing``) while some still do,
+    so that ``kubectl wait --for=condition=Paused`` returns when the group is quiet. A group never
+    paused has no Paused condition; a resumed one keeps it, False (``Resumed``)."""
+    if pause:
+        why = ", ".join(pause)
+        if held:
+            return set_condition(
+                conds, "Paused", "False", "Pausing", f"paused by {why}: {held} queue(s) still held", now, gen
+            )
+        return set_condition(
+            conds, "Paused", "True", "Paused", f"paused by {why}: no queue is held", now, gen
+        )
+    if condition_status({"conditions": conds}, "Paused") is None:
+        return conds
+    return set_condition(conds, "Paused", "False", "Resumed", "assigned by its strategy again", now, gen)
+
+
+def history_entry(
+    generation: int, now: float, reason: str, members: int, moved: int, handover: Step | None
+) -> dict[str, Any]:
+    """``status.history``'s line for a published generation; ``handoverSeconds``: how long the
+    revocations it finished had waited, from revocation to this assignment (the longest)."""
+    entry: dict[str, Any] = {
+        "generation": generation,
+        "time": rfc3339(now),
+        "reason": reason,
+        "members": members,
+        "moved": moved,
+    }
+    if handover is not None and handover.waited:
+        entry["handoverSeconds"] = round(max(handover.waited), 3)
+    return entry
 
 
 def with_lag(status: dict[str, Any], obs: Observation) -> dict[str, Any]:

@@ -98,6 +98,7 @@ class CachedGroup:
             unassigned_queues=int(status.get("unassignedQueues", 0)),
             generation=int(status.get("assignmentGeneration", 0)),
             invalid=self.publication.invalid,
+            paused=bool(status.get("pausedBy")),
         )
 
 
@@ -436,6 +437,13 @@ class World:
             if topic.topic_name in wanted and topic.name_server is not None and topic.name_server.acl_secret:
                 out[topic.topic_name] = topic.name_server.acl_secret
         return out
+
+    def pause_holds(self, namespace: str, name: str) -> tuple[str, ...]:
+        """Why the group is held paused (empty: it is not): ``spec.paused`` for now; every other
+        source of a pause adds its own reason here, and the reconcile needs nothing more."""
+        group = self.groups.get((namespace, name))
+        spec = (group.body.get("spec") or {}) if group is not None else {}
+        return ("spec.paused",) if spec.get("paused") is True else ()
 
     def lag_gauges(self) -> list[tuple[str, str, LagFigures]]:
         return [(g.namespace, g.name, g.lag_figures) for g in list(self.groups.values()) if g.lag_figures]

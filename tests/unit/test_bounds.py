@@ -26,6 +26,7 @@ from mqbalance.contract import read_topic
 from mqbalance.contract.bounds import (
     MAX_ASSIGNMENT_BYTES,
     MAX_BROKERS_PER_TOPIC,
+    MAX_HISTORY,
     MAX_MEMBERS_PER_GROUP,
     MAX_QUEUES_PER_BROKER,
     MAX_QUEUES_PER_GROUP,
@@ -99,6 +100,14 @@ def schema(crd: str) -> dict[str, Any]:
     return spec
 
 
+def status_schema(crd: str) -> dict[str, Any]:
+    document = yaml.safe_load((ROOT / "crds" / crd).read_text())
+    status: dict[str, Any] = document["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "status"
+    ]
+    return status
+
+
 def test_the_crds_carry_the_bounds_of_the_code() -> None:
     topic = schema("mqbalance.io_topics.yaml")["properties"]["brokers"]
     assert topic["maxItems"] == MAX_BROKERS_PER_TOPIC
@@ -114,6 +123,9 @@ def test_the_crds_carry_the_bounds_of_the_code() -> None:
         f"At most {MAX_BROKERS_PER_TOPIC} brokers, {MAX_QUEUES_PER_BROKER} queues each and "
         f"{MAX_QUEUES_PER_TOPIC} read and {MAX_QUEUES_PER_TOPIC} write queues in all"
     ) in topic["description"]
+    history = status_schema("mqbalance.io_consumergroups.yaml")["properties"]["history"]
+    assert history["maxItems"] == MAX_HISTORY
+    assert f"(at most {MAX_HISTORY})" in history["description"]
     topics = schema("mqbalance.io_consumergroups.yaml")["properties"]["topics"]
     assert topics["maxItems"] == MAX_TOPICS_PER_GROUP
     assert (

@@ -164,6 +164,27 @@ def test_two_steps_revoke_then_assign_after_the_release() -> None:
     assert (done.releasing, done.released, done.waited) == ((), 1, (11.0,))
 
 
+def test_withdrawn_queues_are_revoked_and_given_nobody_once_released() -> None:
+    spec = HandoverSpec(HandoverMode.RELEASE, release_timeout=30.0)
+    q = QUEUES[:4]
+    doc = document(1, {"t": {"a": tuple(q[:2]), "b": tuple(q[2:])}}, (), HandoverMode.RELEASE)
+    nothing = {"t": {"a": (), "b": ()}}  # a paused group: the target gives nobody anything
+    alive = frozenset("ab")
+    first = step(doc, nothing, spec=spec, acks={}, alive=alive, generation=2, now=100.0, withdrawn=q)
+    assert first.topics == nothing
+    assert first.releasing == (Release("a", 2, 100.0, tuple(q[:2])), Release("b", 2, 100.0, tuple(q[2:])))
+    revoked = document(2, first.topics, first.releasing, HandoverMode.RELEASE)
+    # a released, b not yet: a's queues go to nobody, b's stay revoked from b.
+    half = step(
+        revoked, nothing, spec=spec, acks={"a": Ack(2)}, alive=alive, generation=3, now=104.0, withdrawn=q
+    )
+    assert half.topics == nothing
+    assert (half.releasing, half.released, half.waited) == ((first.releasing[1],), 2, (4.0,))
+    # Without ``withdrawn`` a queue the target leaves out is simply dropped, revoked from nobody.
+    dropped = step(doc, nothing, spec=spec, acks={}, alive=alive, generation=2, now=100.0)
+    assert (dropped.topics, dropped.releasing) == (nothing, ())
+
+
 def test_an_owner_that_never_releases_is_overridden_at_the_timeout() -> None:
     q = QUEUES[0]
     revoked = document(2, {"t": {"a": (), "c": ()}}, (Release("a", 2, 100.0, (q,)),), HandoverMode.RELEASE)

@@ -136,6 +136,13 @@ def test_group_lag_splits_by_member_through_the_assignment() -> None:
     assert most_behind(lag, 0) == []
 
 
+def test_a_paused_group_that_assigns_nothing_still_has_its_lag() -> None:
+    offsets = {mq(0): QueueOffsets(100, 40), mq(1): QueueOffsets(10, 0)}
+    lag = group_lag(offsets, {"probe": {"p1": (), "p2": ()}})  # the document of a paused group
+    assert (lag.total, lag.queues, lag.unowned) == (70, 2, 70)
+    assert [(m.member, m.lag) for m in lag.members] == [("p1", 0), ("p2", 0)]
+
+
 def test_rates_come_from_successive_samples_over_queues_read_both_times() -> None:
     first = Sample(10.0, {mq(0): QueueOffsets(100, 50), mq(1): QueueOffsets(10, 10)})
     second = Sample(

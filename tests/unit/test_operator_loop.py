@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mqbalance.contract import Ack, configmap_name, member_lease_name
+from mqbalance.contract.bounds import MAX_HISTORY
 from mqbalance.kube import ApiError, Conflict
 from mqbalance.model import Broker
 from mqbalance.operator.controller import Controller
@@ -174,7 +175,7 @@ class Harness:
         self.timer = HandTimer()
         self.journal = Journal()
         self.registry = CollectorRegistry()
-        self.metrics = OperatorMetrics(self.registry, list)
+        self.metrics = OperatorMetrics(self.registry, lambda: self.world.gauges())
         self.controller = Controller(
             Writer(self.api),  # type: ignore[arg-type]
             self.metrics,
@@ -725,3 +726,141 @@ async def test_a_departed_owner_is_held_when_the_api_server_shows_a_renewal_the_
         moved = h.journal.records[-1]
         assert moved.releasing == ()
         assert set(moved.members) == {"p2"}
+
+
+def pause(h: Harness, body: dict[str, Any], paused: bool) -> dict[str, Any]:
+    """The user sets spec.paused: the group's object changes, with its metadata.generation."""
+    metadata = {**body["metadata"], "generation": body["metadata"]["generation"] + 1}
+    new = {**body, "metadata": metadata, "spec": {**body["spec"], "paused": paused}}
+    h.world.on_group((NS, "g"), body, new)
+    return new
+
+
+def group_status(h: Harness) -> Mapping[str, Any]:
+    return h.world.groups[(NS, "g")].publication.status or {}
+
+
+def held(record: Any) -> int:
+    """Queues a journal record's generation gives or leaves to a member (revoked ones included)."""
+    return sum(len(qs) for a in record.assignment.values() for qs in a.values()) + sum(
+        len(r.queues) for r in record.releasing
+    )
+
+
+def paused_condition(h: Harness) -> tuple[str, str]:
+    c = next(c for c in group_status(h)["conditions"] if c["type"] == "Paused")
+    return c["status"], c["reason"]
+
+
+async def test_a_paused_group_without_handover_publishes_one_generation_that_gives_nobody_anything() -> None:
+    body = group(debounce=0.0)
+    async with Harness() as h:
+        await start(h, body, [pod("p1"), pod("p2")])
+        assert held(h.journal.records[-1]) == 4
+        body = pause(h, body, True)
+        await h.settle()
+        assert h.published_generations() == [1, 2]
+        pausing = h.journal.records[-1]
+        assert pausing.reason == "paused"
+        assert held(pausing) == 0
+        assert set(pausing.assignment["t"]) == {"p1", "p2"}  # still members, holding nothing
+        status = group_status(h)
+        assert status["pausedBy"] == ["spec.paused"]
+        assert status["heldQueues"] == 0
+        assert paused_condition(h) == ("True", "Paused")
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "Paused")
+        assert h.counter("mqbalance_group_paused", namespace=NS, group="g") == 1
+        h.world.on_pod((NS, "p3"), None, pod("p3"))  # a member joining a paused group gets nothing
+        await h.settle()
+        assert h.journal.records[-1].reason == "member-joined"
+        assert held(h.journal.records[-1]) == 0
+
+
+async def test_a_paused_group_with_release_revokes_every_owner_and_assigns_nothing_once_they_released() -> (
+    None
+):
+    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={"mode": "Release"})
+    async with Harness() as h:
+        await start(h, body, [pod("p1"), pod("p2")])
+        body = pause(h, body, True)
+        await h.settle()
+        revoke = h.journal.records[-1]
+        assert revoke.reason == "paused"
+        assert sorted((r.owner, len(r.queues)) for r in revoke.releasing) == [("p1", 2), ("p2", 2)]
+        assert all(qs == () for qs in revoke.assignment["t"].values())
+        assert group_status(h)["heldQueues"] == 4
+        assert paused_condition(h) == ("False", "Pausing")
+        h.world.on_configmap(
+            (NS, "g-releases"), None, releases_configmap({"p1": Ack(revoke.generation).encode()})
+        )
+        await h.settle()
+        assert group_status(h)["heldQueues"] == 2  # p2 has not released yet
+        assert paused_condition(h) == ("False", "Pausing")
+        acks = {p: Ack(revoke.generation).encode() for p in ("p1", "p2")}
+        h.world.on_configmap((NS, "g-releases"), None, releases_configmap(acks))
+        await h.settle()
+        quiet = h.journal.records[-1]
+        assert quiet.releasing == ()
+        assert held(quiet) == 0
+        assert group_status(h)["heldQueues"] == 0
+        assert paused_condition(h) == ("True", "Paused")
+        assert h.counter("mqbalance_handover_assigned_queues_total", outcome="released") == 4
+        # p1's release, then p2's: each hands queues to nobody, and says so.
+        assert [r.reason for r in h.journal.records[2:]] == ["released", "released"]
+
+
+async def test_a_resumed_group_is_assigned_again_and_its_history_tells_the_pause() -> None:
+    body = group(debounce=0.0)
+    async with Harness() as h:
+        await start(h, body, [pod("p1"), pod("p2")])
+        before = h.journal.records[-1].assignment
+        body = pause(h, body, True)
+        await h.settle()
+        body = pause(h, body, False)
+        await h.settle()
+        resumed = h.journal.records[-1]
+        assert resumed.reason == "resumed"
+        assert resumed.assignment == before  # the same members get the same queues back
+        status = group_status(h)
+        assert "pausedBy" not in status
+        assert "heldQueues" not in status
+        assert paused_condition(h) == ("False", "Resumed")
+        assert next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
+        assert [(e["generation"], e["reason"], e["moved"]) for e in status["history"]] == [
+            (3, "resumed", 0),  # nobody held a queue to move from
+            (2, "paused", 0),  # taken from their owners, given to nobody
+            (1, "initial", 0),
+        ]
+        assert h.counter("mqbalance_group_paused", namespace=NS, group="g") == 0
+
+
+async def test_the_history_keeps_the_last_generations_newest_first() -> None:
+    body = group(debounce=0.0, strategy={"name": "STICKY"}, handover={"mode": "Release"})
+    async with Harness() as h:
+        await start(h, body, [pod("p1")])
+
+        async def acknowledged_after(seconds: float) -> None:
+            revoke = h.journal.records[-1]
+            assert revoke.releasing
+            h.timer.advance(seconds)
+            acks = {r.owner: Ack(revoke.generation).encode() for r in revoke.releasing}
+            h.world.on_configmap((NS, "g-releases"), None, releases_configmap(acks))
+            await h.settle()
+
+        for _ in range(3):  # p2 joins and leaves: each a revocation, then its release
+            h.world.on_pod((NS, "p2"), None, pod("p2"))
+            await h.settle()
+            await acknowledged_after(2.5)
+            h.world.on_pod((NS, "p2"), pod("p2"), pod("p2", app="other"))
+            await h.settle()
+            await acknowledged_after(2.5)
+        history = group_status(h)["history"]
+        generations = h.published_generations()
+        assert len(generations) > MAX_HISTORY
+        assert [e["generation"] for e in history] == generations[::-1][:MAX_HISTORY]
+        released = [e for e in history if e["reason"] == "released"]
+        assert released
+        assert all(e["handoverSeconds"] == 2.5 for e in released)
+        assert all("handoverSeconds" not in e for e in history if e["reason"] != "released")
+        assert [e["members"] for e in history[:2]] == [1, 1]  # p2 left, then released its queues

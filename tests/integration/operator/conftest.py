@@ -1,4 +1,5 @@
-"""Fixtures of the operator's integration tests: CRDs, a module namespace, zoned nodes, the operator."""
+"""Fixtures of the operator's integration tests: CRDs, a module namespace, zoned nodes, the operator,
+sidecars."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from harness.apps.operator import OperatorProcess
+from harness.apps.sidecar import SidecarProcess
 from harness.kube import kubelet
 from harness.kube.cluster import LocalCluster
 from harness.polling import wait_for
@@ -101,3 +104,26 @@ def testbed(
 
 
 __all__ = ["ZONES", "Testbed", "wait_for"]
+
+
+@pytest.fixture
+def sidecars(
+    cluster: LocalCluster, module_namespace: str, tmp_path: Path
+) -> Iterator[dict[str, SidecarProcess]]:
+    """``sidecars(pod, group)`` starts the sidecar of a pod of ``group`` (no topics); all stop after."""
+    started: dict[str, SidecarProcess] = {}
+
+    def start(pod: str, group: str) -> SidecarProcess:
+        proc = SidecarProcess(
+            cluster.kubeconfig,
+            tmp_path / f"sidecar-{pod}.log",
+            "--pod-name", pod, "--namespace", module_namespace, "--group", group, "--no-topics",
+        )  # fmt: skip
+        proc.start()
+        started[pod] = proc
+        return proc
+
+    started_fn: Any = start
+    yield started_fn
+    for proc in started.values():
+        proc.stop()

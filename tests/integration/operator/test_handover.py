@@ -5,16 +5,11 @@ releases everything hands over at once and its sidecar drains."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
-from harness.apps.sidecar import SidecarProcess
 from harness.kube import kubelet
-from harness.kube.cluster import LocalCluster
 from harness.polling import scaled, wait_for
 from mqbalance.contract import AssignmentDocument, read_topic
 from mqbalance.model import MessageQueue
@@ -32,28 +27,6 @@ from tests.integration.operator_support import (
 
 LABELS = {"app": "handover"}
 BROKERS = [{"name": "broker-a", "zone": "zone-a", "readQueueNums": 8, "writeQueueNums": 8}]
-
-
-@pytest.fixture
-def sidecars(
-    cluster: LocalCluster, module_namespace: str, tmp_path: Path
-) -> Iterator[dict[str, SidecarProcess]]:
-    started: dict[str, SidecarProcess] = {}
-
-    def start(pod: str, group: str) -> SidecarProcess:
-        proc = SidecarProcess(
-            cluster.kubeconfig,
-            tmp_path / f"sidecar-{pod}.log",
-            "--pod-name", pod, "--namespace", module_namespace, "--group", group, "--no-topics",
-        )  # fmt: skip
-        proc.start()
-        started[pod] = proc
-        return proc
-
-    started_fn: Any = start
-    yield started_fn
-    for proc in started.values():
-        proc.stop()
 
 
 def readable(group: str) -> dict[str, list[MessageQueue]]:

@@ -93,6 +93,14 @@ async def test_a_pod_outside_the_group_gets_no_queues(make_client: Factory) -> N
     assert body["queues"] == {"orders": []}
 
 
+async def test_a_member_of_a_paused_group_holds_nothing(make_client: Factory) -> None:
+    client = await make_client()
+    state_of(client).publish("orders", document(3, {"orders": {POD: [], OTHER: []}}, reason="paused"))
+    body = await (await client.get("/v1/queues")).json()
+    assert (body["isMember"], body["reason"], body["queueCount"]) == (True, "paused", 0)
+    assert body["queues"] == {"orders": []}
+
+
 async def test_whole_assignment_is_the_published_document(make_client: Factory) -> None:
     client = await make_client()
     doc = document(4)
