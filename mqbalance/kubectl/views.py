@@ -64,6 +64,8 @@ def group_status(group: Mapping[str, Any], document: AssignmentDocument | None) 
         "group": spec.get("consumerGroup") or meta["name"],
         "strategy": (spec.get("strategy") or {}).get("name"),
         "paused": bool(spec.get("paused")),
+        "pausedBy": list(status.get("pausedBy") or ()),
+        "heldQueues": status.get("heldQueues"),
         "generation": status.get("assignmentGeneration"),
         "members": members,
         "queues": status.get("queues"),
@@ -84,9 +86,12 @@ def status_text(view: Mapping[str, Any]) -> str:
     lines = [
         f"ConsumerGroup {view['namespace']}/{view['name']} (RocketMQ group {view['group']})",
         f"Strategy:    {view['strategy']}",
-        f"Generation:  {view['generation']}" + ("   PAUSED" if view["paused"] else ""),
+        f"Generation:  {view['generation']}",
         f"Queues:      {view['queues']} ({view['crossZoneQueues'] or 0} consumed across zones)",
     ]
+    if view["paused"] or view["pausedBy"]:
+        by = ", ".join(view["pausedBy"]) or "spec.paused (not reconciled yet)"
+        lines.append(f"Paused:      by {by}; {view['heldQueues'] or 0} queues still held")
     lag = view["lag"]
     if lag:
         rates = (

@@ -85,6 +85,14 @@ def test_status_shows_a_handover_in_progress() -> None:
     assert "Handover:    Release: 1 queues being released, waiting for c-0" in status_text(view)
 
 
+def test_status_of_a_paused_group_says_by_what_and_what_is_still_held() -> None:
+    paused = group({"pausedBy": ["spec.paused"], "heldQueues": 2})
+    paused["spec"]["paused"] = True
+    text = status_text(group_status(paused, document()))
+    assert "Paused:      by spec.paused; 2 queues still held" in text
+    assert "Paused:" not in status_text(group_status(group(), document()))
+
+
 def test_status_of_a_group_without_a_document_has_no_members() -> None:
     view = group_status(group(), None)
     assert view["members"] == []

@@ -8,12 +8,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.kube import kubelet
 from harness.kube.cluster import LocalCluster
-from harness.polling import scaled
+from harness.polling import scaled, wait_for
+from mqbalance.contract import AssignmentDocument
 from tests.integration.operator.conftest import Testbed
-from tests.integration.operator_support import apply_group, apply_topic, status_for, wait_generation
+from tests.integration.operator_support import (
+    apply_group,
+    apply_topic,
+    condition,
+    read_document,
+    status_for,
+    wait_generation,
+)
 
 PLUGIN_BIN = Path(sys.executable).parent
 """Where the wheel installed ``kubectl-mqbalance`` (the environment's scripts)."""
@@ -68,6 +77,22 @@ def test_status_what_if_and_errors_through_kubectl(cluster: LocalCluster, testbe
     assert figures["moved"] == figures["minimumMoves"] > 0  # STICKY moves only the leaver's queues
     assert read_generation(cluster, ns, name) == doc.generation  # a what-if changes nothing
 
+    paused = kubectl_mqbalance(cluster, "pause", name, "-n", ns)
+    assert paused.returncode == 0, paused.stderr
+    assert f"consumergroup {ns}/{name} paused" in paused.stdout
+    doc = wait_for("the pause to assign nobody anything", lambda: _paused(api, ns, name))
+    status = status_for(api, ns, name, doc.generation)
+    assert condition(status, "Paused")["status"] == "True"
+    shown = kubectl_mqbalance(cluster, "status", name, "-n", ns)
+    assert "Paused:      by spec.paused; 0 queues still held" in shown.stdout
+    resumed = kubectl_mqbalance(cluster, "resume", name, "-n", ns)
+    assert resumed.returncode == 0, resumed.stderr
+    doc = wait_generation(api, ns, name, doc.generation + 1)
+    assert sum(len(q) for a in doc.topics.values() for q in a.values()) == 8
+    status_for(api, ns, name, doc.generation)
+    history = kubectl_mqbalance(cluster, "history", name, "-n", ns, "-o", "json")
+    assert [e["reason"] for e in json.loads(history.stdout)][:2] == ["resumed", "paused"]
+
     missing = kubectl_mqbalance(cluster, "status", "nobody", "-n", ns)
     assert missing.returncode == 1
     assert "consumergroup 'nobody'" in missing.stderr
@@ -75,6 +100,17 @@ def test_status_what_if_and_errors_through_kubectl(cluster: LocalCluster, testbe
     usage = kubectl_mqbalance(cluster, "what-if", name, "-n", ns)
     assert usage.returncode == 1
     assert "--strategy NAME and/or --members N" in usage.stderr
+
+
+def _paused(api: Any, ns: str, name: str) -> AssignmentDocument | None:
+    doc = read_document(api, ns, name)
+    return (
+        doc
+        if doc is not None
+        and doc.reason == "paused"
+        and not any(q for a in doc.topics.values() for q in a.values())
+        else None
+    )
 
 
 def read_generation(cluster: LocalCluster, ns: str, name: str) -> int:
