@@ -441,6 +441,19 @@ class MqbalanceVariant(Variant):
         for i in list(self.pods):
             self.leave(i)
 
+    def pause(self, _member: int) -> None:
+        """``spec.paused``: every member gives up its queues (through the handover, if on)."""
+        self._set_paused(True)
+
+    def resume(self, _member: int) -> None:
+        self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        patch = _json({"spec": {"paused": paused}})
+        self.world.cluster.kubectl(
+            "patch", "consumergroup", self.group, "-n", NAMESPACE, "--type=merge", "-p", patch
+        )
+
 
 class MqbalanceHandoverVariant(MqbalanceVariant):
     """As ``mqbalance``, with spec.handover Release: a queue moves only after its old owner's
@@ -525,7 +538,7 @@ class Step:
     at: float
     """Fraction of the sending time."""
     action: str
-    """join, kill or leave."""
+    """join, kill or leave; pause or resume the group (mqbalance variants; ``member`` unused)."""
     member: int
 
 

@@ -72,6 +72,23 @@ def test_with_the_handover_moves_between_live_members_consume_each_message_once(
     assert operator.metric("mqbalance_handover_assigned_queues_total", outcome="released") > 0
 
 
+def test_a_paused_and_resumed_group_loses_and_repeats_nothing(e2e_world: World) -> None:
+    """spec.paused with handover Release, while the producer sends: every member commits and releases
+    its queues, nothing is consumed while paused, and after the resume every message is consumed
+    once (SidecarPushConsumer, RocketMQ's own Java client)."""
+    script = (Step(0.3, "pause", 0), Step(0.65, "resume", 0))
+    [score] = run(e2e_world, ["mqbalance-handover"], seconds=30, rate=50, keys=16, script=script, tag="pause")
+    assert score.produced > 1000, f"the producer sent only {score.produced} messages"
+    assert score.lost == 0, f"lost {score.lost} of {score.produced} messages"
+    assert score.duplicates == 0, f"{score.duplicates} duplicates"
+    assert not consumer_problems(score), "\n".join(consumer_problems(score))
+    # Nothing was consumed while paused: every queue the producer wrote to waited out the pause.
+    assert len(score.idle_queues(5.0)) == len(score.produced_queues), score.queue_gaps
+    operator = e2e_world.operator
+    assert operator is not None
+    assert operator.metric("mqbalance_handover_assigned_queues_total", outcome="overridden") == 0
+
+
 def test_a_group_of_java_and_go_consumers_moves_queues_once_through_the_sidecars(e2e_world: World) -> None:
     """One group whose members are Java (clients/java) and Go (clients/go) push consumers at once,
     through joins and a clean leave: with the handover, every queue is consumed by the owners the
