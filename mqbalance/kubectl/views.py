@@ -240,7 +240,7 @@ def history_text(entries: Sequence[Mapping[str, Any]]) -> str:
     if not entries:
         return "No generations recorded yet."
     keys = ["generation", "time", "reason", "members", "moved"]
-    extra = [k for k in ("handoverSeconds",) if any(k in e for e in entries)]
+    extra = [k for k in ("handoverSeconds", "overriddenQueues") if any(k in e for e in entries)]
     return table(keys + extra, [[e.get(k) for k in keys + extra] for e in entries])
 
 

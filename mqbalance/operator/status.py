@@ -255,7 +255,8 @@ def history_entry(
     generation: int, now: float, reason: str, members: int, moved: int, handover: Step | None
 ) -> dict[str, Any]:
     """``status.history``'s line for a published generation; ``handoverSeconds``: how long the
-    revocations it finished had waited, from revocation to this assignment (the longest)."""
+    revocations it finished had waited, from revocation to this assignment (the longest);
+    ``overriddenQueues``: the revoked queues it gave on without their owner's release."""
     entry: dict[str, Any] = {
         "generation": generation,
         "time": rfc3339(now),
@@ -265,6 +266,8 @@ def history_entry(
     }
     if handover is not None and handover.waited:
         entry["handoverSeconds"] = round(max(handover.waited), 3)
+    if handover is not None and handover.overridden:
+        entry["overriddenQueues"] = handover.overridden
     return entry
 
 

@@ -435,6 +435,11 @@ async def test_a_release_that_never_comes_is_overridden_at_the_timeout() -> None
         overridden = [e for e in h.api.events if e["reason"] == "ReleaseOverridden"]
         assert overridden
         assert overridden[0]["type"] == "Warning"
+        # The history says which generation gave queues on without their release.
+        latest = (h.world.groups[(NS, "g")].publication.status or {})["history"][0]
+        assert latest["generation"] == revoked + 1
+        assert latest["overriddenQueues"] == 2
+        assert latest["handoverSeconds"] == 30.0
 
 
 def merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
