@@ -36,6 +36,8 @@ MAX_QUEUES_TIMES_MEMBERS = 2_097_152
 reconcile's memory and the rest of its work grow with."""
 MAX_ASSIGNMENT_BYTES = 1024 * 1024
 """The assignment ConfigMap's data: Kubernetes refuses a ConfigMap holding more (``MaxSecretSize``)."""
+MAX_MIN_READY_SECONDS = 3600
+"""A ConsumerGroup's ``spec.minReadySeconds``: an hour; a pod that flapped waits up to eight times it."""
 MAX_HISTORY = 10
 """Generations a ConsumerGroup's ``status.history`` lists, newest first: the status is patched whole
 at every change, so it stays a few hundred bytes."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -46,6 +47,15 @@ class PodInfo:
     """It asks for a sidecar (the annotation ``mqbalance.io/sidecar-group``) but runs none: it was
     not injected (not labelled for it, or admitted while the injector was away), so nothing in it
     would serve queues."""
+    ready_since: float | None = None
+    """Unix time of its Ready condition's last transition (None: not reported)."""
+    restarts: int = 0
+    """Container restarts since the pod started (every container's restartCount)."""
+    restarted_at: float | None = None
+    """Unix time its latest restarted container last terminated (None: none has)."""
+    settling: bool = False
+    """Ready for less than the group's minReadySeconds (set by :func:`settling` for one reconcile,
+    never by the informer): not given queues yet."""
 
     @property
     def serving(self) -> bool:
@@ -57,6 +67,7 @@ class PodInfo:
             and not self.terminating
             and not self.lease_lapsed
             and not self.sidecar_missing
+            and not self.settling
         )
 
 
@@ -73,6 +84,15 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
+    ready_condition: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    containers = status.get("containerStatuses") or []
+    finished_at = [
+        t
+        for c in containers
+        if (t := _unix(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))) is not None
+    ]
     info = PodInfo(
         name=meta.get("name", ""),
         labels=_shared_labels(meta.get("labels") or {}),
@@ -82,6 +102,9 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         terminating=meta.get("deletionTimestamp") is not None,
         finished=status.get("phase") in ("Succeeded", "Failed"),
         sidecar_missing=_asks_for_sidecar(meta) and not _has_sidecar(spec),
+        ready_since=_unix(ready_condition.get("lastTransitionTime")),
+        restarts=sum(int(c.get("restartCount") or 0) for c in containers),
+        restarted_at=max(finished_at, default=None),
     )
     if info.serving:
         return info
@@ -90,6 +113,56 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
 
 
 SIDECAR_MISSING = "SidecarMissing"
+MIN_READY = "MinReadySeconds"
+FLAP_BACKOFF = "FlapBackoff"
+FLAP_WINDOW = 600.0
+"""A container restart this recent makes its pod wait longer than minReadySeconds (seconds)."""
+MAX_FLAP_FACTOR = 8
+"""The longest wait of a pod that restarts again and again: minReadySeconds times this."""
+
+
+def _unix(value: Any) -> float | None:
+    """An RFC 3339 time of the API (``2026-11-28T20:00:00Z``) in Unix seconds; None: absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def ready_wait(pod: PodInfo, min_ready: float, now: float) -> float:
+    """How long ``pod`` must have been Ready before it is given queues: ``min_ready``, doubled for
+    each restart of its containers (up to :data:`MAX_FLAP_FACTOR` times) while its latest restart is
+    under :data:`FLAP_WINDOW` old, so a crash-looping pod waits longer each time and a stable one
+    does not pay for restarts long past."""
+    if min_ready <= 0:
+        return 0.0
+    recent = pod.restarted_at is not None and now - pod.restarted_at < FLAP_WINDOW
+    return min_ready * (min(2**pod.restarts, MAX_FLAP_FACTOR) if recent and pod.restarts else 1)
+
+
+def settling(pods: Iterable[PodInfo], min_ready: float, now: float) -> tuple[list[PodInfo], float | None]:
+    """``pods``, with those that would serve but have been Ready for less than their wait
+    (:func:`ready_wait`) marked not serving; and the earliest time one of them is Ready long enough
+    (None: none waits). A pod that reports no Ready transition time is not held back."""
+    out: list[PodInfo] = []
+    due: list[float] = []
+    for pod in pods:
+        if pod.serving and pod.ready_since is not None:
+            wait = ready_wait(pod, min_ready, now)
+            ready_at = pod.ready_since + wait
+            if now < ready_at:
+                reason = FLAP_BACKOFF if wait > min_ready else MIN_READY
+                why = (
+                    "minReadySeconds" if reason == MIN_READY else f"minReadySeconds, {pod.restarts} restarts"
+                )
+                ready_for = max(0.0, now - pod.ready_since)
+                message = f"Ready for {ready_for:.0f}s of the {wait:g}s ({why}) before it is given queues"
+                pod = replace(pod, settling=True, reason=reason, message=message)
+                due.append(ready_at)
+        out.append(pod)
+    return out, min(due, default=None)
 
 
 def _asks_for_sidecar(meta: Mapping[str, Any]) -> bool:

@@ -17,6 +17,8 @@ Rules:
 - no members is a real state: the group publishes an assignment with no members
   (so no sidecar keeps serving queues of pods that are gone), Ready=False and
   Degraded=True;
+- a pod Ready for less than ``minReadySeconds`` (longer after recent restarts) is no member yet;
+  the group is reconciled again when it is due;
 - a group held paused (``pause`` names why) is assigned nothing: whoever holds a queue lets go of
   it through the handover (revoked, released, then given nobody; with handover Off at once), in a
   generation with reason ``paused``; the first one after the last reason is gone has ``resumed``.
@@ -54,7 +56,7 @@ from mqbalance.operator.conditions import condition_status, rfc3339
 from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.operator.invalid import TopicNotFound, check_group_bounds, invalid_outcome, subscribed_routes
 from mqbalance.operator.load_balance import balance_by_load
-from mqbalance.operator.membership import lease_lapsed, members
+from mqbalance.operator.membership import lease_lapsed, members, settling
 from mqbalance.operator.observation import Interest, Note, Observed, Outcome
 from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
 from mqbalance.operator.status import group_status, history_entry, int_field, with_lag
@@ -90,6 +92,10 @@ def _decide(obs: Observed) -> Outcome:
         # revoked as if it had left, long before its pod turns NotReady.
         obs = replace(obs, pods=lease_lapsed(obs.pods, leases, spec.handover.lease))
         lapsed = tuple(p.name for p in obs.pods if p.lease_lapsed and spec.selector.matches(p.labels))
+    # A pod Ready for less than minReadySeconds (longer after restarts) is not given queues yet:
+    # its share stays with the stable members, and the group is reconciled again when it is due.
+    pods, ready_due = settling(obs.pods, spec.min_ready_seconds, obs.now)
+    obs = replace(obs, pods=pods)
     member_zones = members(obs.pods, spec.selector, obs.node_labels, spec.zone_label)
     try:
         routes = subscribed_routes(obs, spec)
@@ -206,7 +212,9 @@ def _decide(obs: Observed) -> Outcome:
         else ()
     )
 
-    wake_at = handover.wake_at if handover else None
+    wake_at = min(
+        (t for t in (handover.wake_at if handover else None, ready_due) if t is not None), default=None
+    )
     # Monotonic: when a member's Lease would lapse unless renewed, or a departed one's be silent enough.
     lease_wake: list[float] = []
     if leases is not None:

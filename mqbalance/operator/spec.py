@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqbalance.contract import MAX_GROUP_NAME, HandoverSpec, SpecError, read_handover, read_strategy
-from mqbalance.contract.bounds import check_topics
+from mqbalance.contract.bounds import MAX_MIN_READY_SECONDS, check_topics
 from mqbalance.model import MessageModel, StrategySpec, TopicRoute
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -69,6 +69,8 @@ class GroupSpec:
     zone_label: str = DEFAULT_ZONE_LABEL
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     handover: HandoverSpec = field(default_factory=HandoverSpec)
+    min_ready_seconds: int = 0
+    """How long a pod must have been Ready before it is given queues (longer after restarts)."""
 
 
 def parse_selector(data: Any, where: str = "spec.selector") -> LabelSelector:
@@ -132,6 +134,15 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
     debounce = spec.get("debounceSeconds", DEFAULT_DEBOUNCE_SECONDS)
     if not isinstance(debounce, int | float) or isinstance(debounce, bool) or not 0 <= debounce <= 600:
         raise SpecError(f"spec.debounceSeconds is {debounce!r}; use a number of seconds from 0 to 600")
+    min_ready = spec.get("minReadySeconds", 0)
+    if (
+        not isinstance(min_ready, int)
+        or isinstance(min_ready, bool)
+        or not 0 <= min_ready <= MAX_MIN_READY_SECONDS
+    ):
+        raise SpecError(
+            f"spec.minReadySeconds is {min_ready!r}; use whole seconds from 0 to {MAX_MIN_READY_SECONDS}"
+        )
     handover = read_handover(spec.get("handover") or {}, model)
     group_name = spec.get("groupName") or resource_name
     return GroupSpec(
@@ -143,6 +154,7 @@ def parse_group(resource_name: str, spec: Mapping[str, Any] | None) -> GroupSpec
         zone_label=zone_label,
         debounce_seconds=float(debounce),
         handover=handover,
+        min_ready_seconds=min_ready,
     )
 
 

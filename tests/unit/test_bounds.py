@@ -28,6 +28,7 @@ from mqbalance.contract.bounds import (
     MAX_BROKERS_PER_TOPIC,
     MAX_HISTORY,
     MAX_MEMBERS_PER_GROUP,
+    MAX_MIN_READY_SECONDS,
     MAX_QUEUES_PER_BROKER,
     MAX_QUEUES_PER_GROUP,
     MAX_QUEUES_PER_TOPIC,
@@ -123,6 +124,9 @@ def test_the_crds_carry_the_bounds_of_the_code() -> None:
         f"At most {MAX_BROKERS_PER_TOPIC} brokers, {MAX_QUEUES_PER_BROKER} queues each and "
         f"{MAX_QUEUES_PER_TOPIC} read and {MAX_QUEUES_PER_TOPIC} write queues in all"
     ) in topic["description"]
+    min_ready = schema("mqbalance.io_consumergroups.yaml")["properties"]["minReadySeconds"]
+    assert min_ready["maximum"] == MAX_MIN_READY_SECONDS
+    assert f"At most {MAX_MIN_READY_SECONDS}." in min_ready["description"]
     history = status_schema("mqbalance.io_consumergroups.yaml")["properties"]["history"]
     assert history["maxItems"] == MAX_HISTORY
     assert f"(at most {MAX_HISTORY})" in history["description"]
