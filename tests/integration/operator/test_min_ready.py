@@ -8,7 +8,7 @@ from harness.polling import wait_for
 from tests.integration.operator.conftest import Testbed
 from tests.integration.operator_support import apply_group, apply_topic, read_document, status_of
 
-MIN_READY = 4
+MIN_READY = 10
 
 
 def test_a_new_pod_joins_once_ready_for_min_ready_seconds(testbed: Testbed) -> None:
@@ -24,8 +24,11 @@ def test_a_new_pod_joins_once_ready_for_min_ready_seconds(testbed: Testbed) -> N
     newcomer = f"{name}-new-0"
 
     def waiting() -> dict[str, str] | None:
+        # Listed first as Pending (created, not Ready yet), then as waiting out its time.
         listed = {p["name"]: p for p in status_of(api, ns, name).get("notServingPods") or []}
-        return listed.get(newcomer)
+        entry = listed.get(newcomer)
+        assert newcomer not in _members(testbed, name), f"{newcomer} joined before minReadySeconds"
+        return entry if entry is not None and entry["reason"] != "Pending" else None
 
     entry = wait_for(f"{newcomer} listed as waiting out minReadySeconds", waiting)
     assert entry["reason"] == "MinReadySeconds"
