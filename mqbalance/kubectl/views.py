@@ -32,13 +32,6 @@ def table(headers: Sequence[str], rows: Sequence[Row]) -> str:
     )
 
 
-def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for c in status.get("conditions") or ():
-        if c.get("type") == kind:
-            return dict(c)
-    return {}
-
-
 def group_status(group: Mapping[str, Any], document: AssignmentDocument | None) -> dict[str, Any]:
     """A group as ``kubectl mqbalance status`` shows it: its figures and conditions, and per member
     its zone, its queues and its lag (the document published now, the lag loop's last reading)."""
@@ -48,12 +41,11 @@ def group_status(group: Mapping[str, Any], document: AssignmentDocument | None) 
     members = []
     if document is not None:
         for member in sort_consumers(document.members):
-            queues = sum(len(a.get(member, ())) for a in document.topics.values())
             members.append(
                 {
                     "name": member,
                     "zone": document.members[member] or UNKNOWN_ZONE,
-                    "queues": queues,
+                    "queues": held(document, member),
                     "releasing": sum(len(r.queues) for r in document.releasing_of(member)),
                     "lag": behind.get(member),
                 }
@@ -213,7 +205,7 @@ def what_if(
 
 def what_if_text(group: Mapping[str, Any], document: AssignmentDocument, result: WhatIf) -> str:
     f, meta = result.figures, group["metadata"]
-    now = {m: sum(len(a.get(m, ())) for a in document.topics.values()) for m in document.members}
+    now = {m: held(document, m) for m in document.members}
     rows = [
         [m, result.members.get(m) or document.members.get(m), now.get(m, "-"), result.assignment.get(m, "-")]
         for m in sort_consumers(set(now) | set(result.assignment))
@@ -242,6 +234,11 @@ def history_text(entries: Sequence[Mapping[str, Any]]) -> str:
     keys = ["generation", "time", "reason", "members", "moved"]
     extra = [k for k in ("handoverSeconds", "overriddenQueues") if any(k in e for e in entries)]
     return table(keys + extra, [[e.get(k) for k in keys + extra] for e in entries])
+
+
+def held(document: AssignmentDocument, member: str) -> int:
+    """The queues ``document`` gives ``member``, over every topic."""
+    return sum(len(queues) for queues in document.queues_of(member).values())
 
 
 def _indent(text: str) -> str:

@@ -38,6 +38,7 @@ the load balancing in ``load_balance.py``; a spec that cannot be honoured in ``i
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from mqbalance.contract import (
     CONFIGMAP_KEY,
@@ -225,20 +226,19 @@ def _decide(obs: Observed) -> Outcome:
     interest = Interest.of(spec, obs.pods, lapsed)
     ensure_releases = obs.lacks_releases(spec)
 
-    if not changed:
+    # The status describes the generation published now: the new one (with its lastRebalance and
+    # history line) when this reconcile publishes, else the one before.
+    if changed:
+        shown = generation
+        last: dict[str, Any] | None = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
+        entry = history_entry(generation, obs.now, reason, len(member_zones), figures.moved, handover)
+    else:
         assert obs.previous is not None
-        status = group_status(
-            obs,
-            obs.previous.generation,
-            figures,
-            current,
-            member_zones,
-            spec,
-            warnings,
-            empty,
-            None,
-            handover,
-        )
+        shown, last, entry = obs.previous.generation, None, None
+    status = group_status(
+        obs, shown, figures, current, member_zones, spec, warnings, empty, last, handover, entry
+    )
+    if not changed:
         return Outcome(
             None,
             status,
@@ -252,20 +252,6 @@ def _decide(obs: Observed) -> Outcome:
             ensure_releases=ensure_releases,
         )
 
-    last = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
-    status = group_status(
-        obs,
-        generation,
-        figures,
-        current,
-        member_zones,
-        spec,
-        warnings,
-        empty,
-        last,
-        handover,
-        history_entry(generation, obs.now, reason, len(member_zones), figures.moved, handover),
-    )
     record = JournalRecord(
         namespace=obs.namespace,
         group=spec.group_name,
