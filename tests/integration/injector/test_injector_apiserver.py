@@ -347,6 +347,15 @@ def _answers(injector: Injector) -> bool:
         return False
 
 
+def _serves(injector: Injector, der: bytes) -> bool:
+    # The caBundle is written before the server listens: refused until it does.
+    injector.process.check()
+    try:
+        return injector.served_cert() == der
+    except ConnectionError:
+        return False
+
+
 def test_the_serving_certificate_is_renewed_and_the_api_server_keeps_trusting_it(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -356,9 +365,7 @@ def test_the_serving_certificate_is_renewed_and_the_api_server_keeps_trusting_it
         first = base64.b64decode(injector.secret()["data"]["tls.crt"])
         ca = injector.ca_pem()
         first_der = x509.load_pem_x509_certificate(first).public_bytes(Encoding.DER)
-        wait_for(
-            "the first certificate to be served", lambda: injector.served_cert() == first_der, timeout=30
-        )
+        wait_for("the first certificate to be served", lambda: _serves(injector, first_der), timeout=30)
 
         def renewed() -> bytes | None:
             injector.process.check()
@@ -368,8 +375,6 @@ def test_the_serving_certificate_is_renewed_and_the_api_server_keeps_trusting_it
         second = wait_for("the injector to renew its serving certificate", renewed, timeout=60, interval=0.5)
         assert injector.ca_pem() == ca  # same CA: the caBundle did not have to change
         second_der = x509.load_pem_x509_certificate(second).public_bytes(Encoding.DER)
-        wait_for(
-            "the renewed certificate to be served", lambda: injector.served_cert() == second_der, timeout=30
-        )
+        wait_for("the renewed certificate to be served", lambda: _serves(injector, second_der), timeout=30)
         pod = _create_injected(injector, {GROUP_ANNOTATION: "orders-consumer"})
         assert _names(pod) == ["app", CONTAINER_NAME]

@@ -38,7 +38,8 @@ def test_a_new_pod_joins_once_ready_for_min_ready_seconds(testbed: Testbed) -> N
     doc = read_document(api, ns, name)
     assert doc is not None
     assert doc.reason == "member-joined"
-    assert not status_of(api, ns, name).get("notServingPods")
+    # The status is written after the document it describes.
+    wait_for("the status to list no pod as not serving", lambda: not status_of(api, ns, name).get("notServingPods"))
 
 
 def _members(testbed: Testbed, name: str) -> set[str]:

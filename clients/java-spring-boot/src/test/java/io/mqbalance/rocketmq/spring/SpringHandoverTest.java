@@ -19,6 +19,8 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
@@ -43,6 +45,8 @@ import org.springframework.context.support.GenericApplicationContext;
 @Tag("harness")
 class SpringHandoverTest {
     private static final int MESSAGES = 300;
+    /** Closed, every listener call waits before it consumes: holds the backlog while a move reaches the pod. */
+    private static final AtomicReference<CountDownLatch> GATE = new AtomicReference<>(new CountDownLatch(0));
 
     /** One consumption: who, which listener, queue and offset. */
     record Consumed(String pod, String listener, MessageQueue mq, long offset) {
@@ -62,6 +66,7 @@ class SpringHandoverTest {
                 "logging.level.root=WARN")
             .initializers(ctx -> ((GenericApplicationContext) ctx).registerBean("orderHandler",
                 OrdersApplication.OrderHandler.class, () -> (listener, order) -> {
+                    awaitGate();
                     log.add(new Consumed(pod, listener, queueOf(order), order.getQueueOffset()));
                     // Slow enough that a backlog lasts seconds and some messages are always in flight:
                     // the concurrent listener runs 20 calls at once, the orderly one one per queue.
@@ -72,6 +77,14 @@ class SpringHandoverTest {
 
     private static MessageQueue queueOf(MessageExt m) {
         return new MessageQueue(m.getTopic(), m.getBrokerName(), m.getQueueId());
+    }
+
+    private static void awaitGate() {
+        try {
+            GATE.get().await();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     private static void sleep(long ms) {
@@ -150,9 +163,20 @@ class SpringHandoverTest {
             HarnessEnv.await("p0 well into the backlog", Duration.ofSeconds(30),
                 () -> count(log, "p0", "orders", moving) >= 20 && count(log, "p0", "audit", moving) >= 20, () -> "");
 
-            // Generation 2 revokes the queue from p0 in both groups; p0 releases it.
-            for (String group : List.of(GROUP, AUDIT_GROUP)) {
-                env.publish(group, 2, Map.of("p0", rest, "p1", List.of()));
+            // Generation 2 revokes the queue from p0 in both groups; p0 releases it. The listeners wait
+            // until RocketMQ has dropped the queue, so the move lands mid-backlog however busy the machine.
+            CountDownLatch held = new CountDownLatch(1);
+            GATE.set(held);
+            try {
+                for (String group : List.of(GROUP, AUDIT_GROUP)) {
+                    env.publish(group, 2, Map.of("p0", rest, "p1", List.of()));
+                }
+                for (String group : List.of(GROUP, AUDIT_GROUP)) {
+                    HarnessEnv.await("p0 to drop the queue in " + group, Duration.ofSeconds(30),
+                        () -> !helper(p0, group).heldQueues().contains(moving), () -> "");
+                }
+            } finally {
+                held.countDown();
             }
             for (String group : List.of(GROUP, AUDIT_GROUP)) {
                 HarnessEnv.await("p0 to release generation 2 of " + group, Duration.ofSeconds(30),
