@@ -39,7 +39,7 @@ def test_a_new_pod_joins_once_ready_for_min_ready_seconds(testbed: Testbed) -> N
     assert doc is not None
     assert doc.reason == "member-joined"
     # The status is written after the document it describes.
-    wait_for("the status to list no pod as not serving", lambda: not status_of(api, ns, name).get("notServingPods"))
+    wait_for("the status to list no pod waiting", lambda: not status_of(api, ns, name).get("notServingPods"))
 
 
 def _members(testbed: Testbed, name: str) -> set[str]:
