@@ -61,7 +61,7 @@ from harness.apps.sidecar import SidecarProcess
 from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
 from harness.kube import kubelet
 from harness.kube.api import KubeApi
-from harness.kube.cluster import LocalCluster
+from harness.kube.cluster import CRD_NAMES, LocalCluster
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
 from harness.rocketmq.releases import CURRENT_VERSION, DEFAULT_VERSION, is_5x
@@ -259,7 +259,7 @@ def world(workdir: Path | None = None, version: str = DEFAULT_VERSION) -> Iterat
     try:
         with RocketMQ(version, brokers=BROKERS) as mq, LocalCluster() as cluster:
             mq.create_topic(TOPIC, QUEUES_PER_BROKER)
-            cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
+            cluster.apply_crds(REPO / "crds", CRD_NAMES)
             cluster.kubectl("create", "namespace", NAMESPACE)
             topic = topic_resource(TOPIC, NAMESPACE, BROKERS, QUEUES_PER_BROKER)
             cluster.kubectl("apply", "-f", "-", input=_json(topic))

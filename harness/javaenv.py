@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness import polling
-from harness.kube.cluster import LocalCluster
+from harness.kube.cluster import CRD_NAMES, LocalCluster
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
 from harness.processes.net import free_port
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ExitStack() as stack:
             mq = stack.enter_context(RocketMQ(args.version, brokers=BROKERS))
             cluster = stack.enter_context(LocalCluster())
-            cluster.apply_crds(REPO / "crds", ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
+            cluster.apply_crds(REPO / "crds", CRD_NAMES)
             cluster.kubectl("create", "namespace", NAMESPACE)
             topics: dict[str, int] = {}
             for spec in args.topic:

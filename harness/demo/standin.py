@@ -33,7 +33,7 @@ from harness.apps.operator import OperatorProcess
 from harness.demo import report as demo_report
 from harness.demo.common import DemoError, print_sidecar, show_change, step
 from harness.kube.api import ApiError
-from harness.kube.cluster import LocalCluster
+from harness.kube.cluster import CRD_NAMES, LocalCluster
 from harness.kube.errors import ClusterError
 from harness.paths import REPO
 from harness.processes.managed import ManagedProcess
@@ -66,7 +66,7 @@ class Demo:
 
     def install(self) -> None:
         step("installing the CRDs: kubectl apply -f crds/")
-        self.cluster.apply_crds(CRDS, ("topics.mqbalance.io", "consumergroups.mqbalance.io"))
+        self.cluster.apply_crds(CRDS, CRD_NAMES)
         self.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         step(f"applying examples/topic.yaml and examples/consumergroup.yaml in namespace {NAMESPACE}")
         for name in ("topic.yaml", "consumergroup.yaml"):

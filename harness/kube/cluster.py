@@ -93,6 +93,10 @@ def _token_line(token: str, user: str, uid: str, groups: tuple[str, ...]) -> str
     return f'{line},"{",".join(groups)}"' if groups else line
 
 
+CRD_NAMES = ("topics.mqbalance.io", "consumergroups.mqbalance.io", "offsetresets.mqbalance.io")
+"""The project's CRDs (crds/), as the API server names them."""
+
+
 class LocalCluster(Service):
     """etcd + kube-apiserver + kube-controller-manager, set up as ``profile`` says (default
     :class:`~harness.kube.profile.Standalone`: on 127.0.0.1, without nodes).

@@ -21,6 +21,7 @@ from mqbalance.contract.handover import HandoverMode, HandoverSpec, read_handove
 from mqbalance.contract.names import (
     API_PATH,
     API_VERSION,
+    APPROVE_ANNOTATION,
     CONSUMER_GROUP_KIND,
     CONSUMER_GROUPS,
     GENERATION_ANNOTATION,
@@ -30,6 +31,8 @@ from mqbalance.contract.names import (
     MANAGED_BY,
     MAX_GROUP_NAME,
     MEMBER_LEASE_LABEL,
+    OFFSET_RESET_KIND,
+    OFFSET_RESETS,
     SIDECAR_CONTAINER,
     SIDECAR_GROUP_ANNOTATION,
     TOPIC_KIND,
@@ -54,6 +57,7 @@ from mqbalance.contract.topic import (
 __all__ = [
     "API_PATH",
     "API_VERSION",
+    "APPROVE_ANNOTATION",
     "CONFIGMAP_KEY",
     "CONSUMER_GROUPS",
     "CONSUMER_GROUP_KIND",
@@ -64,6 +68,8 @@ __all__ = [
     "MANAGED_BY",
     "MAX_GROUP_NAME",
     "MEMBER_LEASE_LABEL",
+    "OFFSET_RESETS",
+    "OFFSET_RESET_KIND",
     "SIDECAR_CONTAINER",
     "SIDECAR_GROUP_ANNOTATION",
     "TOPICS",

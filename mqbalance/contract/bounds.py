@@ -41,6 +41,8 @@ MAX_MIN_READY_SECONDS = 3600
 MAX_HISTORY = 10
 """Generations a ConsumerGroup's ``status.history`` lists, newest first: the status is patched whole
 at every change, so it stays a few hundred bytes."""
+MAX_RESET_QUEUES = 4096
+"""Queues one OffsetReset covers at most: each is a line of its status (a few hundred KiB at most)."""
 
 ROUTE_TOO_LARGE = "RouteTooLarge"
 TOO_MANY_TOPICS = "TooManyTopics"

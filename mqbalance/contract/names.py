@@ -11,6 +11,9 @@ API_PATH = f"/apis/{GROUP}/{VERSION}"
 
 TOPIC_KIND, TOPICS = "Topic", "topics"
 CONSUMER_GROUP_KIND, CONSUMER_GROUPS = "ConsumerGroup", "consumergroups"
+OFFSET_RESET_KIND, OFFSET_RESETS = "OffsetReset", "offsetresets"
+APPROVE_ANNOTATION = "mqbalance.io/approve"
+"""An OffsetReset annotated with it set to "true" is approved: its preview is applied."""
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "mqbalance")
 """Label (key, value) on every object the operator writes."""

@@ -1,5 +1,6 @@
 """The controller, as controller-runtime's manager: it has the world's caches (world.py), one
-reconciler per kind (group_reconciler.py, topic_reconciler.py) and the workers that run them.
+reconciler per kind (group_reconciler.py, topic_reconciler.py, reset_reconciler.py) and the
+workers that run them.
 
 Workers take keys off the keyed work queue (workqueue.py); each key is reconciled by one worker
 at a time, level-based, from the whole observed state. No key is processed before every cache
@@ -18,6 +19,8 @@ from mqbalance.operator.group_reconciler import GroupReconciler
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.metrics import OperatorMetrics
 from mqbalance.operator.nameserver import RouteReader
+from mqbalance.operator.offsets import OffsetReader
+from mqbalance.operator.reset_reconciler import ResetReconciler
 from mqbalance.operator.topic_reconciler import TopicReconciler
 from mqbalance.operator.workqueue import WorkQueue
 from mqbalance.operator.world import WorkKey, World, work_priority
@@ -39,6 +42,7 @@ class Controller:
         debounce_override: float | None = None,
         queue: WorkQueue[WorkKey] | None = None,
         routes: RouteReader | None = None,
+        offsets: OffsetReader | None = None,
     ) -> None:
         self.world = World(
             queue=queue if queue is not None else WorkQueue(priority=work_priority),
@@ -51,6 +55,7 @@ class Controller:
         """Whether this replica works on a group or a Topic's status (sharding: its shard is held here)."""
         self.group_reconciler = GroupReconciler(self.world, writer, metrics, journal, clock)
         self.topic_reconciler = TopicReconciler(self.world, writer, metrics, routes or RouteReader(), clock)
+        self.reset_reconciler = ResetReconciler(self.world, writer, metrics, offsets or OffsetReader(), clock)
 
     @property
     def writer(self) -> Writer:
@@ -58,7 +63,7 @@ class Controller:
 
     @writer.setter
     def writer(self, writer: Writer) -> None:
-        self.group_reconciler.writer = self.topic_reconciler.writer = writer
+        self.group_reconciler.writer = self.topic_reconciler.writer = self.reset_reconciler.writer = writer
 
     async def run_worker(self) -> None:
         """Take keys off the queue and reconcile them, until cancelled.
@@ -71,10 +76,14 @@ class Controller:
             key = await self.queue.get()
             try:
                 kind, namespace, name = key
-                if namespace in self.world.listing or not self.owns(namespace, name):
+                # An OffsetReset is worked on where its group is (it holds the group paused).
+                owner = self.world.reset_owner(namespace, name) if kind == "reset" else name
+                if namespace in self.world.listing or not self.owns(namespace, owner):
                     continue
                 if kind == "group":
                     await self.group_reconciler.work(namespace, name)
+                elif kind == "reset":
+                    await self.reset_reconciler.work(namespace, name)
                 else:
                     await self.topic_reconciler.work(namespace, name)
             except Exception:

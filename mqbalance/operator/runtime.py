@@ -21,7 +21,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from mqbalance.contract import API_PATH, CONSUMER_GROUPS, GROUP_LABEL, MANAGED_BY, MEMBER_LEASE_LABEL, TOPICS
+from mqbalance.contract import (
+    API_PATH,
+    CONSUMER_GROUPS,
+    GROUP_LABEL,
+    MANAGED_BY,
+    MEMBER_LEASE_LABEL,
+    OFFSET_RESETS,
+    TOPICS,
+)
 from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, LeaseLoop, compact, default_identity
 from mqbalance.operator import external_metrics
 from mqbalance.operator.controller import Controller
@@ -128,6 +136,12 @@ class Runtime:
                 informers.append(Informer(client, "/api/v1/namespaces", _present, scopes.on_namespace))
             else:
                 scopes.set_known(config.namespaces)
+        # OffsetResets read their brokers as the lag loop does, with its timeout and Secrets.
+        controller.reset_reconciler.reader = OffsetReader(
+            config.name_server,
+            config.lag_timeout,
+            secrets=lambda namespace, name: client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}"),
+        )
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
         tasks.append(asyncio.create_task(wait_synced(controller.world, informers), name="synced"))
         self._workers = [
@@ -308,13 +322,14 @@ def create_informers(client: KubeClient, world: World, config: OperatorConfig) -
 
 
 def namespace_informers(client: KubeClient, world: World, scope: str) -> list[Informer[Any]]:
-    """ConsumerGroups, Topics, Pods, our ConfigMaps and the member Leases under ``scope``
+    """ConsumerGroups, Topics, OffsetResets, Pods, our ConfigMaps and the member Leases under ``scope``
     (``/namespaces/<ns>``, or "": all)."""
     if world.leases is None:
         world.leases = LeaseTable()  # watched: a member without a Lease is judged as one
     return [
         Informer(client, f"{API_PATH}{scope}/{CONSUMER_GROUPS}", group_snapshot, world.on_group),
         Informer(client, f"{API_PATH}{scope}/{TOPICS}", topic_snapshot, world.on_topic),
+        Informer(client, f"{API_PATH}{scope}/{OFFSET_RESETS}", reset_snapshot, world.on_reset),
         Informer(client, f"/api/v1{scope}/pods", pod_info, world.on_pod),
         Informer(
             client,
@@ -338,10 +353,11 @@ async def wait_synced(world: World, informers: list[Informer[Any]]) -> None:
     await asyncio.gather(*(informer.synced.wait() for informer in informers))
     world.synced.set()
     logger.info(
-        "listed %d groups, %d topics, %d pods, %d nodes, %d assignment ConfigMaps, %d member Leases; "
-        "groups reconcile now",
+        "listed %d groups, %d topics, %d offset resets, %d pods, %d nodes, %d assignment ConfigMaps, "
+        "%d member Leases; groups reconcile now",
         len(world.groups),
         len(world.topics),
+        len(world.resets),
         len(world.pods),
         len(world.node_labels),
         len(world.configmaps),
@@ -373,6 +389,15 @@ def group_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
             "spec": body.get("spec") or {},
             "status": body.get("status") or {},
         }
+    )
+    return snapshot
+
+
+def reset_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the operator keeps of an OffsetReset, the approval annotation and the time it was made with it."""
+    keys = ("namespace", "name", "uid", "generation", "annotations", "creationTimestamp")
+    snapshot: dict[str, Any] = compact(
+        {"metadata": _meta(body, *keys), "spec": body.get("spec") or {}, "status": body.get("status") or {}}
     )
     return snapshot
 

@@ -28,21 +28,23 @@ from mqbalance.operator.load_balance import LoadTracker
 from mqbalance.operator.membership import PodIndex, PodInfo
 from mqbalance.operator.metrics import GroupGauges, LagFigures
 from mqbalance.operator.observation import Interest, LagReading
+from mqbalance.operator.offset_reset import HOLDING, hold_reason, holds_group
 from mqbalance.operator.publication import Publication
 from mqbalance.operator.status import LAG_CONDITION
 from mqbalance.operator.topics import RoutePoll
 from mqbalance.operator.workqueue import WorkQueue
 
 WorkKey = tuple[str, str, str]
-"""("group" or "topic", namespace, name)."""
+"""("group", "topic" or "reset", namespace, name)."""
 
 UNREAD = Interest()
 """A group not reconciled yet, or whose spec cannot be read: any change in its namespace may concern it."""
 
 
 def work_priority(key: WorkKey) -> int:
-    """Groups before Topics: consumers wait for the one; a Topic's route read on a restart is
-    already in its status, and a new route reaches the groups through that status anyway."""
+    """Groups before OffsetResets and Topics: consumers wait for the one; a reset waits on its
+    group's pause anyway; a Topic's route read on a restart is already in its status, and a new
+    route reaches the groups through that status anyway."""
     return 0 if key[0] == "group" else 1
 
 
@@ -122,6 +124,8 @@ class World:
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     configmaps: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     """(namespace, name) -> our ConfigMaps as last seen by the watch."""
+    resets: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    """(namespace, name) -> OffsetReset as last seen by the watch."""
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once every cache has been listed completely."""
     listing: set[str] = field(default_factory=set)
@@ -168,6 +172,10 @@ class World:
         group.publication.status_seen(new.get("status"))
         if changed or old is None or old["metadata"].get("uid") != new["metadata"].get("uid"):
             self.enqueue(group)
+        if old is not None and old.get("status") != new.get("status"):
+            for reset in self.resets_of(namespace, name):  # a reset pausing it waits for its status
+                if (reset.get("status") or {}).get("phase") in HOLDING:
+                    self.queue.add(("reset", namespace, reset["metadata"]["name"]))
 
     def on_pod(self, key: Key, old: PodInfo | None, new: PodInfo | None) -> None:
         """A pod changed; poke the groups it may belong to if anything membership depends on changed."""
@@ -294,6 +302,24 @@ class World:
         if key[1] == releases_configmap_name(group.name) or group.publication.seen(new):
             self.enqueue(group)
 
+    def on_reset(self, key: Key, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """An OffsetReset changed: it is worked on; its group is reconciled when the reset starts or
+        stops holding it paused."""
+        namespace, name = key
+        if new is None:
+            self.resets.pop(key, None)
+            self.queue.forget(("reset", namespace, name))
+        else:
+            self.resets[key] = new
+            self.queue.add(("reset", namespace, name))
+        if old is None and new is None:
+            return
+        held = [_holds(body) for body in (old, new)]
+        if held[0] != held[1]:
+            group = self.groups.get((namespace, str(((new or old or {}).get("spec") or {}).get("group"))))
+            if group is not None:
+                self.enqueue(group)
+
     # -- readings in (from the lag loop, lagpoll.py) -----------------------------------------------
 
     def record_lag(self, group: CachedGroup, reading: LagReading, figures: LagFigures) -> bool:
@@ -400,6 +426,9 @@ class World:
             self.leases.forget(namespace)
         for key in [key for key in self.configmaps if key[0] == namespace]:
             del self.configmaps[key]
+        for key in [key for key in self.resets if key[0] == namespace]:
+            del self.resets[key]
+            self.queue.forget(("reset", *key))
 
     def resync(self, selects: Callable[[str, str], bool] | None = None) -> None:
         """Queue every group and Topic (that ``selects`` picks): after a shard is taken over."""
@@ -409,6 +438,9 @@ class World:
         for namespace, name in self.topics:
             if selects is None or selects(namespace, name):
                 self.queue.add(("topic", namespace, name))
+        for (namespace, name), reset in self.resets.items():
+            if selects is None or selects(namespace, reset_group(reset)):
+                self.queue.add(("reset", namespace, name))
 
     # -- read-outs ------------------------------------------------------------------------------------
 
@@ -439,17 +471,41 @@ class World:
         return out
 
     def pause_holds(self, namespace: str, name: str) -> tuple[str, ...]:
-        """Why the group is held paused (empty: it is not): ``spec.paused`` for now; every other
-        source of a pause adds its own reason here, and the reconcile needs nothing more."""
+        """Why the group is held paused (empty: it is not): ``spec.paused``, and each OffsetReset
+        of it between its approval and its end (or after it, asked to leave the group paused)."""
         group = self.groups.get((namespace, name))
         spec = (group.body.get("spec") or {}) if group is not None else {}
-        return ("spec.paused",) if spec.get("paused") is True else ()
+        holds = ["spec.paused"] if spec.get("paused") is True else []
+        holds += sorted(
+            hold_reason(r["metadata"]["name"]) for r in self.resets_of(namespace, name) if _holds(r)
+        )
+        return tuple(holds)
+
+    def reset_owner(self, namespace: str, name: str) -> str:
+        """The group an OffsetReset resets (the reset's own name when it is not cached)."""
+        reset = self.resets.get((namespace, name))
+        return reset_group(reset) if reset is not None else name
+
+    def resets_of(self, namespace: str, group: str) -> list[Mapping[str, Any]]:
+        """The OffsetResets of one group (few: a namespace rarely holds more than a handful)."""
+        return [r for (ns, _), r in self.resets.items() if ns == namespace and reset_group(r) == group]
 
     def lag_gauges(self) -> list[tuple[str, str, LagFigures]]:
         return [(g.namespace, g.name, g.lag_figures) for g in list(self.groups.values()) if g.lag_figures]
 
     def gauges(self) -> list[GroupGauges]:
         return [g.gauges() for g in list(self.groups.values()) if g.publication.status]
+
+
+def reset_group(reset: Mapping[str, Any]) -> str:
+    """The ConsumerGroup an OffsetReset names."""
+    return str((reset.get("spec") or {}).get("group") or "")
+
+
+def _holds(reset: Mapping[str, Any] | None) -> bool:
+    if reset is None:
+        return False
+    return holds_group(reset.get("status") or {}, (reset.get("spec") or {}).get("leavePaused") is True)
 
 
 def _written_lag(status: Mapping[str, Any] | None) -> LagReading | None:

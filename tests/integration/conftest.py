@@ -15,11 +15,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from harness.apps.sidecar import SidecarProcess
-from harness.kube.cluster import LocalCluster
+from harness.kube.cluster import CRD_NAMES, LocalCluster
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parents[1]
-CRD_NAMES = ("topics.mqbalance.io", "consumergroups.mqbalance.io")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -274,7 +274,7 @@ def wipe(node: RealNode) -> None:
     helm(node, "uninstall", "mqbalance", "-n", RELEASE_NAMESPACE, "--wait", "--ignore-not-found")
     for namespace in (NAMESPACE, RELEASE_NAMESPACE):
         node.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", timeout=180)
-    crds = ("consumergroups.mqbalance.io", "topics.mqbalance.io")
+    crds = ("consumergroups.mqbalance.io", "topics.mqbalance.io", "offsetresets.mqbalance.io")
     node.kubectl("delete", "crd", *crds, "--ignore-not-found", "--wait=true")
     drop_release_images(node)
 

@@ -33,6 +33,7 @@ from mqbalance.contract.bounds import (
     MAX_QUEUES_PER_GROUP,
     MAX_QUEUES_PER_TOPIC,
     MAX_QUEUES_TIMES_MEMBERS,
+    MAX_RESET_QUEUES,
     MAX_TOPICS_PER_GROUP,
     OverBound,
 )
@@ -132,6 +133,11 @@ def test_the_crds_carry_the_bounds_of_the_code() -> None:
     assert f"(at most {MAX_HISTORY})" in history["description"]
     topics = schema("mqbalance.io_consumergroups.yaml")["properties"]["topics"]
     assert topics["maxItems"] == MAX_TOPICS_PER_GROUP
+    reset = schema("mqbalance.io_offsetresets.yaml")["properties"]
+    assert reset["topics"]["maxItems"] == MAX_TOPICS_PER_GROUP
+    assert reset["to"]["properties"]["offsets"]["maxItems"] == MAX_RESET_QUEUES
+    reset_status = status_schema("mqbalance.io_offsetresets.yaml")["properties"]
+    assert reset_status["queues"]["maxItems"] == MAX_RESET_QUEUES
     assert (
         f"at most {MAX_TOPICS_PER_GROUP}, with {MAX_QUEUES_PER_GROUP} read queues in all"
         in topics["description"]

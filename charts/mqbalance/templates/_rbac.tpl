@@ -13,8 +13,12 @@ Each verb is one the operator or the sidecar issues (see docs/deploy.md, "Permis
 - apiGroups: [mqbalance.io]
   resources: [consumergroups]
   verbs: [list, watch, patch]
+# OffsetResets: watched; their status written (the phases, the preview).
 - apiGroups: [mqbalance.io]
-  resources: [topics/status, consumergroups/status]
+  resources: [offsetresets]
+  verbs: [list, watch]
+- apiGroups: [mqbalance.io]
+  resources: [topics/status, consumergroups/status, offsetresets/status]
   verbs: [patch]
 # The ConfigMaps "<group>-assignment" are owned by their ConsumerGroup with blockOwnerDeletion,
 # which clusters enforcing OwnerReferencesPermissionEnforcement allow only with this.
