@@ -393,6 +393,11 @@ class RocketMQ(Service):
 
         return self._wait_for(f"route of {topic!r} on the NameServer", served)
 
+    def create_group(self, group: str) -> None:
+        """Create consumer group ``group`` on every broker (``mqadmin updateSubGroup``), as a consumer's
+        first heartbeat would: brokers that do not create groups on their own refuse its offsets before."""
+        self.mqadmin("updateSubGroup", "-c", CLUSTER, "-g", group)
+
     def create_static_topic(self, topic: str, queues: int) -> TopicRouteData:
         """Create (or grow) 5.x static topic ``topic``: ``queues`` logical queues spread over the
         cluster's brokers, with RocketMQ's own ``mqadmin updateStaticTopic``; returns the route once

@@ -219,8 +219,9 @@ class ResetReconciler:
         mine = (str(body["metadata"].get("creationTimestamp") or ""), name)
         for other in self.world.resets_of(namespace, reset.group):
             other_name = other["metadata"]["name"]
-            if other_name == name or (other.get("status") or {}).get("phase") not in ACTIVE:
-                continue
+            phase = (other.get("status") or {}).get("phase")
+            if other_name == name or (phase and phase not in ACTIVE):
+                continue  # itself, or over (one not worked on yet counts as under way)
             if (str(other["metadata"].get("creationTimestamp") or ""), other_name) < mine:
                 raise ResetRefused(
                     "ResetInProgress",
