@@ -10,8 +10,14 @@ Installed with the wheel as ``kubectl-mqbalance``, so kubectl finds it on the PA
     kubectl mqbalance what-if orders --members 5
     kubectl mqbalance pause orders
     kubectl mqbalance resume orders
+    kubectl mqbalance reset orders --to-time 2026-11-29T08:00:00Z
+    kubectl mqbalance reset orders --to-latest --topic orders --yes
 
-Exit status: 0, 1 when the API server refuses or the group cannot be shown, 2 on a usage error.
+``reset`` creates an OffsetReset, shows its preview, asks before it approves it (``--yes``: it does
+not ask) and follows it to its end; declined, the OffsetReset is deleted.
+
+Exit status: 0, 1 when the API server refuses, the group cannot be shown or a reset failed (or was
+declined), 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -20,12 +26,17 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 
 from mqbalance.contract import (
+    API_VERSION,
+    APPROVE_ANNOTATION,
     CONFIGMAP_KEY,
     CONSUMER_GROUPS,
+    OFFSET_RESET_KIND,
+    OFFSET_RESETS,
     AssignmentDocument,
     DocumentError,
     configmap_name,
@@ -36,6 +47,8 @@ from mqbalance.kubectl.views import (
     group_status,
     history_rows,
     history_text,
+    reset_outcome_text,
+    reset_preview_text,
     status_text,
     what_if,
     what_if_text,
@@ -78,6 +91,27 @@ def parser() -> argparse.ArgumentParser:
     ):
         sub = commands.add_parser(name, parents=[common, output], help=summary, description=summary)
         sub.add_argument("group", help="the ConsumerGroup resource's name")
+    sub = commands.add_parser(
+        "reset",
+        parents=[common, output],
+        help="move the group's committed offsets: a preview, a confirmation, then the reset",
+        description="Create an OffsetReset of the group, show its preview (each queue's committed offset "
+        "and target), approve it once confirmed and follow it: the group is paused through its handover, "
+        "its offsets checked against the preview, written, read back, and the group resumed.",
+    )
+    sub.add_argument("group", help="the ConsumerGroup resource's name")
+    target = sub.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to-time", metavar="RFC3339", help="each queue's first message at or after this time"
+    )
+    target.add_argument("--to-earliest", action="store_true", help="each queue's oldest message kept")
+    target.add_argument("--to-latest", action="store_true", help="each queue's end: skip everything")
+    target.add_argument("--from-group", metavar="GROUP", help="copy this ConsumerGroup's committed offsets")
+    sub.add_argument("--topic", action="append", default=[], help="a Topic resource to reset (default: all)")
+    sub.add_argument("--leave-paused", action="store_true", help="leave the group paused afterwards")
+    sub.add_argument("--name", help="the OffsetReset's name (default: GROUP-reset-<time>)")
+    sub.add_argument("-y", "--yes", action="store_true", help="approve without asking")
+    sub.add_argument("--timeout", type=float, default=300.0, help="seconds to follow the reset (default 300)")
     return top
 
 
@@ -98,7 +132,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         print(f"{PROG} {args.command}: {explain(e, args)}", file=sys.stderr)
         return 1
     print(render(args.command, args.output, shown), file=out)
-    return 0
+    return 1 if args.command == "reset" and shown[0].get("phase") != "Succeeded" else 0
 
 
 async def run(args: argparse.Namespace) -> tuple[Any, str]:
@@ -108,6 +142,8 @@ async def run(args: argparse.Namespace) -> tuple[Any, str]:
     namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
     client = await KubeClient.connect(args.kubeconfig, requests=4, context=args.context)
     try:
+        if args.command == "reset":
+            return await reset(client, namespace, args)
         path = custom_path(CONSUMER_GROUPS, namespace, args.group)
         if args.command in ("pause", "resume"):
             paused = args.command == "pause"
@@ -137,6 +173,65 @@ async def run(args: argparse.Namespace) -> tuple[Any, str]:
         return result.to_json(), what_if_text(group, document, result)
     finally:
         await client.close()
+
+
+async def reset(client: Any, namespace: str, args: argparse.Namespace) -> tuple[Any, str]:
+    """Create the OffsetReset, show its preview, approve it once confirmed, follow it to its end."""
+    await client.get(custom_path(CONSUMER_GROUPS, namespace, args.group))  # 404: say so before creating
+    name = args.name or f"{args.group}-reset-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"
+    to: dict[str, Any]
+    if args.to_time:
+        to = {"time": args.to_time}
+    elif args.from_group:
+        to = {"fromGroup": args.from_group}
+    else:
+        to = {"position": "Earliest" if args.to_earliest else "Latest"}
+    spec: dict[str, Any] = {"group": args.group, "to": to, "leavePaused": args.leave_paused}
+    if args.topic:
+        spec["topics"] = args.topic
+    body = {"apiVersion": API_VERSION, "kind": OFFSET_RESET_KIND, "metadata": {"name": name}, "spec": spec}
+    path = custom_path(OFFSET_RESETS, namespace)
+    await client.create(path, body)
+    path += f"/{name}"
+    deadline = time.monotonic() + args.timeout
+    status = await follow(client, path, ("Proposed", "Failed"), deadline)
+    if status["phase"] == "Failed":
+        return status, reset_outcome_text(name, status)
+    print(reset_preview_text(name, status), file=sys.stderr if args.output != "table" else sys.stdout)
+    if not args.yes and not confirm(f"Pause group {args.group} and apply this reset? [y/N] "):
+        await client.delete(path)
+        return {**status, "phase": "Declined"}, f"OffsetReset {name}: not applied, deleted"
+    await client.merge_patch(path, {"metadata": {"annotations": {APPROVE_ANNOTATION: "true"}}})
+    status = await follow(client, path, ("Succeeded", "Failed"), deadline, show=args.output == "table")
+    return status, reset_outcome_text(name, status)
+
+
+async def follow(
+    client: Any, path: str, phases: Sequence[str], deadline: float, show: bool = False
+) -> dict[str, Any]:
+    """The OffsetReset's status once it reaches one of ``phases`` (each phase on the way shown)."""
+    seen = None
+    while True:
+        status = dict((await client.get(path)).get("status") or {})
+        phase = status.get("phase")
+        if show and phase != seen and phase:
+            print(f"  {phase}", flush=True)
+        seen = phase
+        if phase in phases:
+            return status
+        if time.monotonic() > deadline:
+            raise ViewError(
+                f"the reset is still {phase or 'not taken up'} (is the operator running?); "
+                f"see kubectl get offsetreset {path.rsplit('/', 1)[1]} -o yaml"
+            )
+        await asyncio.sleep(0.5)
+
+
+def confirm(question: str) -> bool:
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:  # no terminal: not confirmed
+        return False
 
 
 async def published(client: Any, namespace: str, group: str) -> AssignmentDocument | None:
@@ -180,7 +275,12 @@ def explain(error: Exception, args: argparse.Namespace) -> str:
     if status == 404:
         return f"{where} not found (kubectl get consumergroups -A lists them)"
     if status == 403:
-        return f"{error} (ask for get, and patch for pause and resume, on consumergroups.mqbalance.io)"
+        return (
+            f"{error} (ask for get, and patch for pause and resume, on consumergroups.mqbalance.io; "
+            "for reset, create, get, patch and delete on offsetresets.mqbalance.io)"
+        )
+    if status == 409:
+        return f"{error} (an OffsetReset of that name exists: choose another with --name)"
     if status == 0:
         return f"the API server did not answer: {error}"
     return str(error)

@@ -243,3 +243,27 @@ def held(document: AssignmentDocument, member: str) -> int:
 
 def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
+
+
+def reset_preview_text(name: str, status: Mapping[str, Any]) -> str:
+    """An OffsetReset's preview: each queue from its committed offset to its target, and the totals."""
+    rows = []
+    for q in status.get("queues") or []:
+        committed = q.get("committed")
+        move = None if committed is None else f"{int(q['target']) - int(committed):+d}"
+        rows.append((q["topic"], q["brokerName"], q["queueId"], committed, q["target"], move))
+    totals = status.get("totals") or {}
+    head = (
+        f"OffsetReset {name} of group {status.get('groupName', '?')}: {totals.get('queues', 0)} queues, "
+        f"{totals.get('skipped', 0)} messages skipped, {totals.get('replayed', 0)} consumed again"
+    )
+    return head + "\n" + table(("topic", "broker", "queue", "committed", "target", "move"), rows)
+
+
+def reset_outcome_text(name: str, status: Mapping[str, Any]) -> str:
+    """How an OffsetReset ended (or where it stands): its phase and the Succeeded condition's words."""
+    outcome: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Succeeded"), {}
+    )
+    words = outcome.get("message") or outcome.get("reason") or ""
+    return f"OffsetReset {name}: {status.get('phase', 'Pending')}" + (f": {words}" if words else "")
