@@ -264,6 +264,15 @@ def drifted(
     return out
 
 
+def changed(before: Mapping[QueueKey, int | None], after: Mapping[QueueKey, int | None]) -> list[str]:
+    """Queues whose committed offset differs between two readings."""
+    return [
+        f"{queue_name(k)} ({_offset(before.get(k))} -> {_offset(after.get(k))})"
+        for k in sorted(set(before) | set(after))
+        if before.get(k) != after.get(k)
+    ]
+
+
 def holds_group(status: Mapping[str, Any], leave_paused: bool) -> bool:
     """Whether a reset in this status holds its group paused."""
     phase = status.get("phase")

@@ -41,6 +41,7 @@ from mqbalance.operator.offset_reset import (
     ResetSpec,
     ResetTarget,
     advanced,
+    changed,
     check_size,
     drifted,
     finished,
@@ -67,6 +68,11 @@ logger = logging.getLogger("mqbalance.operator")
 T = TypeVar("T")
 QUEUES_AT_ONCE = 16
 """Broker requests of one reset in flight at once."""
+SETTLE_SECONDS = 6.0
+"""The committed offsets must stay still this long once the group is paused: longer than the
+interval at which RocketMQ's consumers commit their offsets (5 s)."""
+SETTLE_TIMES = 5
+"""Readings that found them moving before the reset fails."""
 RETRY_SECONDS = 5.0
 """A broker that did not answer is asked again this much later (the phase stays)."""
 
@@ -84,6 +90,13 @@ class Queues:
     """Topic resource -> the credentials its broker requests are signed with."""
 
 
+@dataclass(frozen=True)
+class Settling:
+    committed: Mapping[QueueKey, int | None]
+    since: float
+    times: int
+
+
 @dataclass(eq=False)
 class ResetReconciler:
     world: World
@@ -92,6 +105,8 @@ class ResetReconciler:
     reader: OffsetReader
     clock: Callable[[], float]
     timeout: float = 3.0
+    _settling: dict[tuple[str, str], Settling] = field(default_factory=dict)
+    """Resets in Verifying: the committed offsets last read and since when they stayed so."""
     _written: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     """(namespace, name) -> (uid, the status last written): newer than the cache until the watch
     brings it back, so a reset woken meanwhile never repeats a phase it finished."""
@@ -188,6 +203,8 @@ class ResetReconciler:
                     f"{', '.join(moved)}; "
                     "nothing was written (create a new OffsetReset for a new preview)",
                 )
+            if not self._still(namespace, name, {k: r.committed for k, r in readings.items()}):
+                return dict(status)  # read again once they had a commit interval to move
             # Targets that move with the queue are read now, the group paused; the others are the
             # preview's, checked against the queue's ends again (old messages may have gone meanwhile).
             fixed = ResetTarget(offsets={row_key(r): int(r["target"]) for r in rows})
@@ -213,6 +230,33 @@ class ResetReconciler:
             self._event(body, "Normal", "Succeeded", message)
             return finished(status, True, "Succeeded", message, now, generation)
         return dict(status)
+
+    def _still(self, namespace: str, name: str, committed: Mapping[QueueKey, int | None]) -> bool:
+        """Whether the committed offsets stayed as they are for SETTLE_SECONDS (read again until they
+        did, at most SETTLE_TIMES): a consumer that still holds a queue commits its offset every 5 s
+        (RocketMQ's persistConsumerOffsetInterval), and would commit it over the reset."""
+        key = (namespace, name)
+        now = self.world.queue.timer.now()
+        settle = self._settling.get(key)
+        if settle is not None and settle.committed == committed:
+            if now - settle.since >= SETTLE_SECONDS:
+                del self._settling[key]
+                return True
+            self.world.queue.add_after(("reset", *key), SETTLE_SECONDS - (now - settle.since))
+            return False
+        times = 0 if settle is None else settle.times + 1
+        if times >= SETTLE_TIMES:
+            del self._settling[key]
+            moving = changed(settle.committed if settle else {}, committed)
+            raise ResetRefused(
+                "OffsetsStillMoving",
+                f"committed offsets kept changing with the group paused: {', '.join(moving)}; a consumer "
+                "the pause does not reach (one outside mqbalance, or whose sidecar is away) still commits "
+                "to this group: stop it and create a new OffsetReset",
+            )
+        self._settling[key] = Settling(dict(committed), now, times)
+        self.world.queue.add_after(("reset", *key), SETTLE_SECONDS)
+        return False
 
     def _refuse_second(self, namespace: str, name: str, body: Mapping[str, Any], reset: ResetSpec) -> None:
         """A reset of a group another reset is under way for (created earlier) is refused."""

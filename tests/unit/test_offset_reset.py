@@ -17,6 +17,7 @@ from mqbalance.operator.offset_reset import (
     QueueReading,
     ResetRefused,
     ResetTarget,
+    changed,
     check_size,
     drifted,
     holds_group,
@@ -162,6 +163,14 @@ def test_the_compare_and_set_tells_consumption_from_drift() -> None:
         "orders/broker-a/1 (none -> 3)",
     ]
     assert drifted(rows, {Q0: 50, Q1: None}, paused_at_preview=True) == []
+
+
+def test_readings_that_differ_name_each_queue_that_moved() -> None:
+    assert changed({Q0: 5, Q1: None}, {Q0: 5, Q1: None}) == []
+    assert changed({Q0: 5, Q1: None}, {Q0: 6, Q1: 2}) == [
+        "orders/broker-a/0 (5 -> 6)",
+        "orders/broker-a/1 (none -> 2)",
+    ]
 
 
 def test_a_reset_holds_its_group_from_approval_to_its_end_or_after_it_when_asked() -> None:
