@@ -67,6 +67,7 @@ from harness.processes.managed import ManagedProcess
 from harness.rocketmq.releases import CURRENT_VERSION, DEFAULT_VERSION, is_5x
 from harness.rocketmq.resources import topic_resource
 from harness.rocketmq.server import RocketMQ
+from mqbalance.contract import APPROVE_ANNOTATION
 from mqbalance.journal import JournalRecord
 
 JAVA_MODULE = REPO / "clients" / "java"
@@ -266,7 +267,9 @@ def world(workdir: Path | None = None, version: str = DEFAULT_VERSION) -> Iterat
             api = cluster.api
             kubelet.create_node(api, NODE, "zone-a")
             w = World(path, mq, cluster, api, classpath)
-            w.operator = OperatorProcess(cluster, [NAMESPACE], path, "--log-level", "WARNING", error=E2eError)
+            # The NameServer: OffsetResets find the brokers of the (static) Topic's queues there.
+            flags = ("--log-level", "WARNING", "--name-server", mq.namesrv_addr)
+            w.operator = OperatorProcess(cluster, [NAMESPACE], path, *flags, error=E2eError)
             w.operator.start(timeout=120)
             try:
                 yield w
@@ -384,6 +387,7 @@ class MqbalanceVariant(Variant):
     def __init__(self, world: World, tag: str = "") -> None:
         super().__init__(world, tag)
         self.pods: dict[int, _Pod] = {}
+        self.marked_ms = 0
 
     def setup(self) -> None:
         doc = {
@@ -447,6 +451,38 @@ class MqbalanceVariant(Variant):
 
     def resume(self, _member: int) -> None:
         self._set_paused(False)
+
+    def mark(self, _member: int) -> None:
+        """Remember this moment: the time a later ``reset`` rewinds the group to."""
+        self.marked_ms = int(time.time() * 1000)
+
+    def reset(self, _member: int) -> None:
+        """An OffsetReset of the group to the time of the last ``mark``, approved as it is created
+        (as automation approves it), followed until it ended; its name is ``reset_name``."""
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.marked_ms / 1000))
+        doc = {
+            "apiVersion": "mqbalance.io/v1alpha1",
+            "kind": "OffsetReset",
+            "metadata": {
+                "name": self.reset_name,
+                "namespace": NAMESPACE,
+                "annotations": {APPROVE_ANNOTATION: "true"},
+            },
+            "spec": {"group": self.group, "to": {"time": f"{at}.{self.marked_ms % 1000:03d}Z"}},
+        }
+        self.world.cluster.kubectl("apply", "-f", "-", input=_json(doc))
+
+        def ended() -> bool:
+            got = self.world.cluster.kubectl(
+                "get", "offsetreset", self.reset_name, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}"
+            )
+            return got.stdout.strip() in ("Succeeded", "Failed")
+
+        polling.wait_for(f"OffsetReset {self.reset_name} to end", ended, 120, 0.2, E2eError)
+
+    @property
+    def reset_name(self) -> str:
+        return f"{self.group}-rewind"
 
     def _set_paused(self, paused: bool) -> None:
         patch = _json({"spec": {"paused": paused}})
@@ -538,7 +574,8 @@ class Step:
     at: float
     """Fraction of the sending time."""
     action: str
-    """join, kill or leave; pause or resume the group (mqbalance variants; ``member`` unused)."""
+    """join, kill or leave; pause or resume the group, mark a time and reset the group's offsets to it
+    (mqbalance variants; ``member`` unused)."""
     member: int
 
 
@@ -663,7 +700,7 @@ def run(
 
         def all_drained() -> bool:
             for group in list(pending):
-                consumed = {(r[1], r[2], r[3]) for r in _read_consumed(w.workdir, group)}
+                consumed = {(r[1], r[2], r[3]) for r in consumed_records(w.workdir, group)}
                 if all(key in consumed for key in produced):
                     drained[group] = time.monotonic() - stopped
                     pending.discard(group)
@@ -680,7 +717,7 @@ def run(
                 v.stop_all()
     journal = w.operator.journal_records() if w.operator is not None else []
     for v in active:
-        records = [r for r in _read_consumed(w.workdir, v.group) if (r[1], r[2], r[3]) in produced]
+        records = [r for r in consumed_records(w.workdir, v.group) if (r[1], r[2], r[3]) in produced]
         score = score_variant(v.name, produced, records, started_epoch_ms, v.killed)
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
@@ -718,7 +755,8 @@ Record = tuple[int, str, int, int, str, int, str]
 """(time ms, broker, queue, offset, key, seq, member)."""
 
 
-def _read_consumed(workdir: Path, group: str) -> list[Record]:
+def consumed_records(workdir: Path, group: str) -> list[Record]:
+    """Every consumption the members of ``group`` recorded, in time order."""
     records: list[Record] = []
     for path in workdir.glob(f"{group}.*.tsv"):
         for line in path.read_text(errors="replace").splitlines():

@@ -292,6 +292,12 @@ class ResetReconciler:
             self.reader.begin_round()  # the route as it is now, not as a lag round read it
             route = await self.reader.route(topic.topic_name, addresses)
             if isinstance(route, BrokerFailure):
+                if route.reason == "NoNameServer":
+                    raise ResetRefused(
+                        "NoNameServer",
+                        f"{route.message}: name one in Topic {resource}'s spec.nameServer, or start the "
+                        "operator with --name-server, to find the brokers of its queues",
+                    )
                 raise BrokersUnavailable(route.message)
             for data in route.queue_datas:
                 broker = route.broker(data.broker_name)
