@@ -214,7 +214,7 @@ async def follow(
     while True:
         status = dict((await client.get(path)).get("status") or {})
         phase = status.get("phase")
-        if show and phase != seen and phase:
+        if show and phase != seen and phase not in (None, "Proposed"):
             print(f"  {phase}", flush=True)
         seen = phase
         if phase in phases:

@@ -254,8 +254,8 @@ def reset_preview_text(name: str, status: Mapping[str, Any]) -> str:
         rows.append((q["topic"], q["brokerName"], q["queueId"], committed, q["target"], move))
     totals = status.get("totals") or {}
     head = (
-        f"OffsetReset {name} of group {status.get('groupName', '?')}: {totals.get('queues', 0)} queues, "
-        f"{totals.get('skipped', 0)} messages skipped, {totals.get('replayed', 0)} consumed again"
+        f"OffsetReset {name} (RocketMQ group {status.get('groupName', '?')}): {totals.get('queues', 0)} "
+        f"queues, {totals.get('skipped', 0)} messages skipped, {totals.get('replayed', 0)} consumed again"
     )
     return head + "\n" + table(("topic", "broker", "queue", "committed", "target", "move"), rows)
 

@@ -395,7 +395,7 @@ def test_kubectl_mqbalance_reset_previews_asks_and_follows_the_reset(
     )
     assert declined.returncode == 1, declined.stderr
     assert (
-        f"OffsetReset no of group {group}: {len(ends)} queues, {sum(ends.values())} messages skipped"
+        f"OffsetReset no (RocketMQ group {group}): {len(ends)} queues, {sum(ends.values())} messages skipped"
         in declined.stdout
     )
     assert "OffsetReset no: not applied, deleted" in declined.stdout
