@@ -91,7 +91,8 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     finished_at = [
         t
         for c in containers
-        if (t := _unix(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))) is not None
+        if (t := unix_time(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt")))
+        is not None
     ]
     info = PodInfo(
         name=meta.get("name", ""),
@@ -102,7 +103,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         terminating=meta.get("deletionTimestamp") is not None,
         finished=status.get("phase") in ("Succeeded", "Failed"),
         sidecar_missing=_asks_for_sidecar(meta) and not _has_sidecar(spec),
-        ready_since=_unix(ready_condition.get("lastTransitionTime")),
+        ready_since=unix_time(ready_condition.get("lastTransitionTime")),
         restarts=sum(int(c.get("restartCount") or 0) for c in containers),
         restarted_at=max(finished_at, default=None),
     )
@@ -121,7 +122,7 @@ MAX_FLAP_FACTOR = 8
 """The longest wait of a pod that restarts again and again: minReadySeconds times this."""
 
 
-def _unix(value: Any) -> float | None:
+def unix_time(value: Any) -> float | None:
     """An RFC 3339 time of the API (``2026-11-28T20:00:00Z``) in Unix seconds; None: absent or unreadable."""
     if not isinstance(value, str):
         return None

@@ -49,6 +49,8 @@ class GroupGauges:
     invalid: bool
     paused: bool = False
     """Held paused (status.pausedBy): nothing is assigned."""
+    flapping_members: int = 0
+    """Members that joined or left more than 3 times in 10 minutes (status.flappingMembers)."""
 
 
 # metric name, help, GroupGauges attribute
@@ -85,6 +87,11 @@ GROUP_GAUGES = (
         "mqbalance_group_paused",
         "1 while the group is held paused (status.pausedBy): its members are assigned nothing.",
         "paused",
+    ),
+    (
+        "mqbalance_group_flapping_members",
+        "Members that joined or left the group more than 3 times in 10 minutes (condition Flapping).",
+        "flapping_members",
     ),
 )
 

@@ -60,7 +60,7 @@ from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members, settling
 from mqbalance.operator.observation import Interest, Note, Observed, Outcome
 from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
-from mqbalance.operator.status import group_status, history_entry, int_field, with_lag
+from mqbalance.operator.status import flapping, group_status, history_entry, int_field, with_lag
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, LoadState, allocate_group
 
@@ -231,13 +231,21 @@ def _decide(obs: Observed) -> Outcome:
     if changed:
         shown = generation
         last: dict[str, Any] | None = {"time": rfc3339(obs.now), "reason": reason, "moved": figures.moved}
-        entry = history_entry(generation, obs.now, reason, len(member_zones), figures.moved, handover)
+        # The first generation names no one: members that were there from the start did not come and go.
+        was = set(obs.previous.members) if obs.previous is not None else set(member_zones)
+        joined, left = sorted(set(member_zones) - was), sorted(was - set(member_zones))
+        entry = history_entry(
+            generation, obs.now, reason, len(member_zones), figures.moved, handover, joined, left
+        )
     else:
         assert obs.previous is not None
         shown, last, entry = obs.previous.generation, None, None
     status = group_status(
         obs, shown, figures, current, member_zones, spec, warnings, empty, last, handover, entry
     )
+    # Flapping turns False by itself: look again when its oldest change leaves the window.
+    flaps_end = flapping(status.get("history") or [], obs.now).wake_at
+    wake_at = min((t for t in (wake_at, flaps_end) if t is not None), default=None)
     if not changed:
         return Outcome(
             None,

@@ -6,6 +6,7 @@ Pure like the reconcile (reconcile.py) that calls it: everything comes in as arg
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,18 +16,47 @@ from mqbalance.model import UNKNOWN_ZONE, Assignment, MessageModel
 from mqbalance.operator.conditions import condition, condition_status, rfc3339
 from mqbalance.operator.conditions import set_condition as _set_condition
 from mqbalance.operator.handover import Step
-from mqbalance.operator.membership import PodInfo, not_serving
+from mqbalance.operator.membership import PodInfo, not_serving, unix_time
 from mqbalance.operator.spec import GroupSpec
 
 if TYPE_CHECKING:
     from mqbalance.operator.observation import LagReading
 from mqbalance.quality import Figures
 
-CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid", "Paused")
+CONDITION_TYPES = ("Ready", "Balanced", "Degraded", "Invalid", "Paused", "Flapping")
 LAG_CONDITION = "LagAvailable"
 """Set from the lag loop's readings (lagpoll.py), after the others."""
 MAX_NOT_SERVING_LISTED = 10
 """Pods listed by name in status.notServingPods; status.notServing counts them all."""
+FLAPPING_CHANGES = 3
+"""A member that joined or left more often than this within FLAPPING_WINDOW is flapping."""
+FLAPPING_WINDOW = 600.0
+"""Seconds: ten minutes, the window in which restarts lengthen minReadySeconds too."""
+MAX_NAMES_LISTED = 10
+"""Members named in a history line's joined and left, and in status.flappingMembers."""
+
+
+@dataclass(frozen=True)
+class Flapping:
+    """The members that joined or left more than FLAPPING_CHANGES times within FLAPPING_WINDOW, by
+    ``status.history``, and when the oldest change counted for them leaves the window."""
+
+    members: Mapping[str, int]
+    """Member -> its joins and leaves in the window."""
+    wake_at: float | None = None
+
+
+def flapping(history: Sequence[Mapping[str, Any]], now: float) -> Flapping:
+    changes: dict[str, list[float]] = {}
+    for entry in history:
+        at = unix_time(entry.get("time"))
+        if at is None or now - at >= FLAPPING_WINDOW:
+            continue
+        for member in [*(entry.get("joined") or []), *(entry.get("left") or [])]:
+            changes.setdefault(str(member), []).append(at)
+    members = {m: len(times) for m, times in changes.items() if len(times) > FLAPPING_CHANGES}
+    oldest = [min(changes[m]) for m in members]
+    return Flapping(members, min(oldest) + FLAPPING_WINDOW if oldest else None)
 
 
 class Observation(Protocol):
@@ -186,6 +216,12 @@ def group_status(
             conds, "Degraded", "False", "AllQueuesServed", "every queue has a member", now, gen
         )
     conds = _pause_condition(conds, obs.pause, held, now, gen)
+    history = [e for e in obs.status.get("history") or [] if isinstance(e, Mapping)]
+    if published is not None:
+        history = [published, *history]
+    history = [dict(e) for e in history[:MAX_HISTORY]]
+    flaps = flapping(history, now)
+    conds = _flapping_condition(conds, flaps, now, gen)
     status: dict[str, Any] = {
         "observedGeneration": gen,
         "assignmentGeneration": generation,
@@ -212,11 +248,10 @@ def group_status(
     if obs.pause:
         status["pausedBy"] = list(obs.pause)
         status["heldQueues"] = held
-    history = [e for e in obs.status.get("history") or [] if isinstance(e, Mapping)]
-    if published is not None:
-        history = [published, *history]
     if history:
-        status["history"] = [dict(e) for e in history[:MAX_HISTORY]]
+        status["history"] = history
+    if flaps.members:
+        status["flappingMembers"] = sorted(flaps.members)[:MAX_NAMES_LISTED]
     if handover is not None:
         before = obs.status.get("handover") or {}
         overridden = int_field(before.get("overriddenQueues")) + handover.overridden
@@ -251,12 +286,38 @@ def _pause_condition(
     return set_condition(conds, "Paused", "False", "Resumed", "assigned by its strategy again", now, gen)
 
 
+def _flapping_condition(
+    conds: list[dict[str, Any]], flaps: Flapping, now: float, gen: int
+) -> list[dict[str, Any]]:
+    """Flapping: True while a member joined or left more than FLAPPING_CHANGES times in the last
+    FLAPPING_WINDOW; a group that never flapped has no Flapping condition, one that did keeps it, False."""
+    if flaps.members:
+        named = ", ".join(f"{m} ({n} times)" for m, n in sorted(flaps.members.items())[:MAX_NAMES_LISTED])
+        minutes = f"{FLAPPING_WINDOW / 60:g} minutes"
+        message = f"joined or left more than {FLAPPING_CHANGES} times in {minutes}: {named}"
+        return set_condition(conds, "Flapping", "True", "MembersFlapping", message, now, gen)
+    if condition_status({"conditions": conds}, "Flapping") is None:
+        return conds
+    message = (
+        f"no member joined or left more than {FLAPPING_CHANGES} times in {FLAPPING_WINDOW / 60:g} minutes"
+    )
+    return set_condition(conds, "Flapping", "False", "Stable", message, now, gen)
+
+
 def history_entry(
-    generation: int, now: float, reason: str, members: int, moved: int, handover: Step | None
+    generation: int,
+    now: float,
+    reason: str,
+    members: int,
+    moved: int,
+    handover: Step | None,
+    joined: Sequence[str] = (),
+    left: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``status.history``'s line for a published generation; ``handoverSeconds``: how long the
     revocations it finished had waited, from revocation to this assignment (the longest);
-    ``overriddenQueues``: the revoked queues it gave on without their owner's release."""
+    ``overriddenQueues``: the revoked queues it gave on without their owner's release; ``joined``
+    and ``left``: the members that came and went with it (what Flapping counts)."""
     entry: dict[str, Any] = {
         "generation": generation,
         "time": rfc3339(now),
@@ -264,6 +325,10 @@ def history_entry(
         "members": members,
         "moved": moved,
     }
+    if joined:
+        entry["joined"] = sorted(joined)[:MAX_NAMES_LISTED]
+    if left:
+        entry["left"] = sorted(left)[:MAX_NAMES_LISTED]
     if handover is not None and handover.waited:
         entry["handoverSeconds"] = round(max(handover.waited), 3)
     if handover is not None and handover.overridden:

@@ -101,6 +101,7 @@ class CachedGroup:
             generation=int(status.get("assignmentGeneration", 0)),
             invalid=self.publication.invalid,
             paused=bool(status.get("pausedBy")),
+            flapping_members=len(status.get("flappingMembers") or []),
         )
 
 
