@@ -113,8 +113,9 @@ class ResetReconciler:
 
     async def work(self, namespace: str, name: str) -> None:
         body = self.world.resets.get((namespace, name))
-        if body is None:
+        if body is None:  # deleted: what was kept of it goes too
             self._written.pop((namespace, name), None)
+            self._settling.pop((namespace, name), None)
             return
         status = self._status(namespace, name, body)
         if status.get("phase") in (SUCCEEDED, FAILED):
