@@ -192,11 +192,13 @@ def test_a_reset_to_a_time_is_previewed_approved_and_lands_exactly(
     status = wait_phase(api, namespace, "rewind", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status
     assert offsets.committed(group) == targets
-    # RocketMQ's own tool reads the same committed offsets.
-    progress = consumer_progress(rocketmq, group, topic)
-    assert {q: consumer for q, (_, consumer, _) in progress.items() if q in targets} == {
-        q: t for q, t in targets.items() if q in progress
-    }
+    # RocketMQ's own tool reads the same committed offsets (4.x's consumerProgress first looks up the
+    # group's retry topic, which only a real consumer's heartbeat creates: checked on 5.x).
+    if rocketmq.is_5x:
+        progress = consumer_progress(rocketmq, group, topic)
+        assert {q: consumer for q, (_, consumer, _) in progress.items() if q in targets} == {
+            q: t for q, t in targets.items() if q in progress
+        }
     wait_for("the group to resume", lambda: resumed(api, namespace))
     history = status_of(api, namespace, "orders").get("history") or []
     assert [h["reason"] for h in history][:2] == ["resumed", "paused"]
