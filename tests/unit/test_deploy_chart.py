@@ -26,6 +26,16 @@ def test_chart_crds_are_exact_copies_of_crds() -> None:
     assert stale == [], f"charts/mqbalance/crds/ differs from crds/ in {stale}: run `make crds`"
 
 
+def test_the_crds_stay_apart_when_helm_show_crds_joins_them() -> None:
+    # `helm show crds` (the upgrade's first step, docs/deploy.md) prints the files one after the other
+    # with no separator: without a leading `---` each, YAML reads them as one mapping whose repeated
+    # keys keep the last file's, and kubectl applies only that CRD.
+    files = sorted((CHART / "crds").glob("*.yaml"))
+    joined = "".join(p.read_text() for p in files)
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(joined) if d]
+    assert names == [yaml.safe_load(p.read_text())["metadata"]["name"] for p in files]
+
+
 def _undocumented_values(text: str) -> list[str]:
     """Keys of values.yaml that neither carry a comment starting with their dotted key nor
     are a plain section whose every value does. A documented key covers what is under it
