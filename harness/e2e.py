@@ -248,6 +248,11 @@ class World:
             return GoProgram(self.go_consumer, args, log)
         return JavaProgram(self.classpath, "io.mqbalance.rocketmq.e2e.E2eConsumer", args, log)
 
+    def group_status(self, group: str) -> dict[str, Any]:
+        """The ConsumerGroup ``group``'s status as the operator last wrote it."""
+        out = self.cluster.kubectl("get", "consumergroup", group, "-n", NAMESPACE, "-o", "json").stdout
+        return dict(json.loads(out).get("status") or {})
+
 
 @contextlib.contextmanager
 def world(workdir: Path | None = None, version: str = DEFAULT_VERSION) -> Iterator[World]:
@@ -499,7 +504,9 @@ class MqbalanceHandoverVariant(MqbalanceVariant):
 
     name = "mqbalance-handover"
     mode: ClassVar[str] = "Release"
-    release_timeout: ClassVar[float] = 30.0
+    release_timeout: ClassVar[float] = 120.0
+    """Far above a release's usual 0.1-2 s: an override here means a release that never came, not a
+    consumer JVM slowed by a busy machine (the tests assert none was overridden)."""
 
     def group_spec(self) -> dict[str, Any]:
         return {
