@@ -44,6 +44,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -306,6 +307,8 @@ class Variant(abc.ABC):
         self.group = f"e2e-{tag}-{self.name}" if tag else f"e2e-{self.name}"
         self.killed: set[str] = set()
         """Consumer names (pod names) that were SIGKILLed."""
+        self.killed_at: dict[str, float] = {}
+        """When (unix time) each of ``killed`` was SIGKILLed."""
         self.left: dict[str, float] = {}
         """Consumer names that left the group cleanly while the script ran (not at the end), and
         when (unix time) their leaving began."""
@@ -354,6 +357,7 @@ class RocketMQVariant(Variant):
         self.members[i] = program
 
     def kill(self, i: int) -> None:
+        self.killed_at[self.member(i)] = time.time()
         self.members.pop(i).kill()
         self.killed.add(self.member(i))
 
@@ -432,6 +436,7 @@ class MqbalanceVariant(Variant):
 
     def kill(self, i: int) -> None:
         pod = self.pods.pop(i)
+        self.killed_at[pod.name] = time.time()
         pod.consumer.kill()
         self.killed.add(pod.name)
         time.sleep(self.kubelet_notice_seconds)
@@ -449,6 +454,19 @@ class MqbalanceVariant(Variant):
     def stop_all(self) -> None:
         for i in list(self.pods):
             self.leave(i)
+
+    def freeze(self, i: int) -> None:
+        """SIGSTOP member ``i``'s consumer (a stalled JVM, a long GC): alive, its sidecar renewing."""
+        self._signal(i, signal.SIGSTOP)
+
+    def thaw(self, i: int) -> None:
+        """SIGCONT member ``i``'s consumer: it carries on where it stopped."""
+        self._signal(i, signal.SIGCONT)
+
+    def _signal(self, i: int, sig: signal.Signals) -> None:
+        proc = self.pods[i].consumer.proc
+        assert proc is not None
+        os.kill(proc.pid, sig)
 
     def pause(self, _member: int) -> None:
         """``spec.paused``: every member gives up its queues (through the handover, if on)."""
@@ -538,6 +556,18 @@ class MqbalanceOrderlyVariant(MqbalanceHandoverVariant):
     mode = "Orderly"
 
 
+class MqbalanceOrderlyLeaseVariant(MqbalanceOrderlyVariant):
+    """As ``mqbalance-orderly`` with short member Leases (6 s, renewed every 2 s, a 2 s margin): a
+    member known stopped is handed on, and its broker locks released, 8 s after its revocation."""
+
+    name = "mqbalance-orderly-lease"
+    lease: ClassVar[dict[str, float]] = {"leaseSeconds": 6, "renewSeconds": 2, "leaseMarginSeconds": 2}
+
+    def group_spec(self) -> dict[str, Any]:
+        spec = super().group_spec()
+        return {**spec, "handover": {**spec["handover"], **self.lease}}
+
+
 class MixedRocketMQVariant(RocketMQVariant):
     """A group of Java and Go push consumers (odd members Go) under their own clients' rebalance:
     each computes its share alone, Java's AllocateMessageQueueAveragely beside rocketmq-client-go's
@@ -567,6 +597,7 @@ VARIANTS: dict[str, type[Variant]] = {
         MqbalanceHandoverVariant,
         RocketMQOrderlyVariant,
         MqbalanceOrderlyVariant,
+        MqbalanceOrderlyLeaseVariant,
         MixedRocketMQVariant,
         MixedHandoverVariant,
     )
@@ -581,8 +612,9 @@ class Step:
     at: float
     """Fraction of the sending time."""
     action: str
-    """join, kill or leave; pause or resume the group, mark a time and reset the group's offsets to it
-    (mqbalance variants; ``member`` unused)."""
+    """join, kill or leave; freeze (SIGSTOP) or thaw (SIGCONT) a member's consumer, pause or resume
+    the group, mark a time and reset the group's offsets to it (mqbalance variants; ``member``
+    unused by the last four)."""
     member: int
 
 
@@ -621,6 +653,8 @@ class Score:
     """mqbalance variants: queue -> every member a generation of the group named as its owner."""
     queue_gaps: dict[str, float] = field(default_factory=dict)
     """Queue (``broker:id``) -> the longest time it went without a consumption while messages came."""
+    killed_at: dict[str, float] = field(default_factory=dict)
+    """Member -> when (unix time) it was SIGKILLed."""
 
     def idle_queues(self, seconds: float) -> list[str]:
         """The queues that went unconsumed for longer than ``seconds`` at some point of the run."""
@@ -728,6 +762,7 @@ def run(
         score = score_variant(v.name, produced, records, started_epoch_ms, v.killed)
         score.drained_s = drained.get(v.group, float("nan"))
         score.events = events
+        score.killed_at = dict(v.killed_at)
         if isinstance(v, MqbalanceVariant):
             score.owners = journal_owners(journal, v.group, TOPIC)
             moved = with_first_consumption(
@@ -760,6 +795,22 @@ def _read_produced(path: Path) -> dict[tuple[str, int, int], tuple[str, int]]:
 
 Record = tuple[int, str, int, int, str, int, str]
 """(time ms, broker, queue, offset, key, seq, member)."""
+
+
+def failover_waits(workdir: Path, group: str, dead: str, killed_at: float) -> dict[str, float]:
+    """For each queue (``broker:id``) member ``dead`` of ``group`` consumed before it was SIGKILLed
+    at ``killed_at`` (unix time): seconds from the kill to the queue's next consumption by another
+    member (inf: none)."""
+    killed_ms = killed_at * 1000
+    records = consumed_records(workdir, group)
+    held = {(r[1], r[2]) for r in records if r[6] == dead and r[0] < killed_ms}
+    waits = {}
+    for broker, queue in sorted(held):
+        after = [
+            r[0] for r in records if (r[1], r[2]) == (broker, queue) and r[6] != dead and r[0] >= killed_ms
+        ]
+        waits[f"{broker}:{queue}"] = (min(after) - killed_ms) / 1000 if after else float("inf")
+    return waits
 
 
 def consumed_records(workdir: Path, group: str) -> list[Record]:

@@ -30,6 +30,8 @@ from mqbalance.contract.names import (
     INJECTION_LABEL,
     MANAGED_BY,
     MAX_GROUP_NAME,
+    MAX_MEMBER_CLIENTS,
+    MEMBER_CLIENTS_ANNOTATION,
     MEMBER_LEASE_LABEL,
     OFFSET_RESET_KIND,
     OFFSET_RESETS,
@@ -39,7 +41,9 @@ from mqbalance.contract.names import (
     TOPICS,
     VERSION,
     custom_path,
+    member_clients,
     member_lease_name,
+    valid_client_id,
 )
 from mqbalance.contract.releases import Ack, decode_acks, releases_configmap_name
 from mqbalance.contract.strategy import read_strategy, write_strategy
@@ -67,6 +71,8 @@ __all__ = [
     "INJECTION_LABEL",
     "MANAGED_BY",
     "MAX_GROUP_NAME",
+    "MAX_MEMBER_CLIENTS",
+    "MEMBER_CLIENTS_ANNOTATION",
     "MEMBER_LEASE_LABEL",
     "OFFSET_RESETS",
     "OFFSET_RESET_KIND",
@@ -92,6 +98,7 @@ __all__ = [
     "decode_queue_map",
     "encode_queue_map",
     "load_json",
+    "member_clients",
     "member_lease_name",
     "read_handover",
     "read_name_server",
@@ -102,5 +109,6 @@ __all__ = [
     "reads_name_server",
     "releases_configmap_name",
     "topic_name",
+    "valid_client_id",
     "write_strategy",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 
 GROUP = "mqbalance.io"
 VERSION = "v1alpha1"
@@ -26,6 +28,13 @@ MAX_GROUP_NAME = 63
 MEMBER_LEASE_LABEL = ("mqbalance.io/member", "true")
 """Label (key, value) on every member Lease a sidecar renews (time-bounded ownership)."""
 MEMBER_LEASE_SUFFIX = "-mqbalance-member"
+MEMBER_CLIENTS_ANNOTATION = "mqbalance.io/rocketmq-clients"
+"""Annotation on a member Lease: the RocketMQ client ids of the pod's consumers (a JSON list, newest
+last), so the operator can release a fenced member's broker locks on its behalf (handover Orderly)."""
+MAX_MEMBER_CLIENTS = 8
+"""Client ids a member Lease names: a pod's consumers, and those its restarted containers had."""
+MAX_CLIENT_ID = 255
+"""Longest RocketMQ client id kept (``ip@instanceName[@unitName]``)."""
 SIDECAR_CONTAINER = "mqbalance-sidecar"
 """The sidecar container's name, in every pod spec the project writes or injects."""
 SIDECAR_GROUP_ANNOTATION = "mqbalance.io/sidecar-group"
@@ -55,3 +64,24 @@ def member_lease_name(pod: str) -> str:
         return name
     digest = hashlib.sha256(pod.encode()).hexdigest()[:10]
     return f"{pod[: MAX_NAME - len(MEMBER_LEASE_SUFFIX) - 11]}-{digest}{MEMBER_LEASE_SUFFIX}"
+
+
+def valid_client_id(text: str) -> bool:
+    """Whether ``text`` can be a RocketMQ client id: printable ASCII without spaces, not too long."""
+    return 0 < len(text) <= MAX_CLIENT_ID and all("!" <= c <= "~" for c in text)
+
+
+def member_clients(annotations: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The client ids a member Lease's annotations name: at most ``MAX_MEMBER_CLIENTS`` valid ones
+    (the newest); anything else written there is ignored (a pod writes its own Lease)."""
+    text = (annotations or {}).get(MEMBER_CLIENTS_ANNOTATION)
+    if not text or len(text) > MAX_MEMBER_CLIENTS * (MAX_CLIENT_ID + 4) + 2:
+        return ()
+    try:
+        ids = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(ids, list):
+        return ()
+    valid = [i for i in ids if isinstance(i, str) and valid_client_id(i)]
+    return tuple(valid[-MAX_MEMBER_CLIENTS:])

@@ -69,6 +69,8 @@ class LeaseLock:
         self.labels = labels or {}
         self.owner_references = owner_references or []
         """Set on the Lease when this lock creates it (a member Lease goes with its Pod)."""
+        self.annotations: dict[str, str] = {}
+        """Written with each take or renewal (a member Lease names its pod's RocketMQ clients)."""
         self._monotonic, self._wall = monotonic, wall
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
         self._observed: tuple[Any, ...] | None = None
@@ -148,6 +150,7 @@ class LeaseLock:
                     "name": self.name,
                     "namespace": self.namespace,
                     "labels": self.labels,
+                    **({"annotations": self.annotations} if self.annotations else {}),
                     **({"ownerReferences": self.owner_references} if self.owner_references else {}),
                 },
                 "spec": {**spec, "acquireTime": micro_time(now), "leaseTransitions": 0},
@@ -169,6 +172,9 @@ class LeaseLock:
             new["acquireTime"] = micro_time(now)
             new["leaseTransitions"] = int(current.get("leaseTransitions") or 0) + 1
         lease["spec"] = new
+        if self.annotations:
+            meta = lease.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **self.annotations}
         try:
             await self.client.replace(f"{self._path}/{self.name}", lease)  # carries resourceVersion
         except Conflict:

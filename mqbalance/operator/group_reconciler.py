@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
@@ -29,10 +29,12 @@ from mqbalance.contract import (
     releases_configmap_name,
 )
 from mqbalance.kube import ApiError, Conflict
+from mqbalance.operator.broker_locks import BrokerLocks
 from mqbalance.operator.handover import Alive
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.leases import lease_record
 from mqbalance.operator.metrics import OperatorMetrics
+from mqbalance.operator.observation import LockRelease
 from mqbalance.operator.reconcile import Observed, Outcome, decision_size, reconcile
 from mqbalance.operator.spec import selector_or_none
 from mqbalance.operator.status import reconcile_failed
@@ -63,6 +65,8 @@ class GroupReconciler:
     journal: Journal
     clock: Callable[[], float]
     """Wall clock for status times and documents."""
+    locks: BrokerLocks | None = None
+    """Releases a stopped member's broker locks (handover Orderly); None: they expire."""
     _thread_busy: bool = field(default=False, init=False)
     """A large group is being decided off the event loop (one at a time)."""
 
@@ -172,6 +176,9 @@ class GroupReconciler:
             # acknowledge the generation they first read.
             await publication.ensure_releases(self.writer, body)
         if outcome.document is not None:
+            if outcome.unlocks and self.locks is not None:
+                # Before the new owners are told: their first lock attempt must find the queue free.
+                await self._release_locks(body, outcome.unlocks)
             if await publication.publish(
                 self.writer, body, outcome.document, lambda: self.world.configmaps.get(cm_key)
             ):
@@ -195,6 +202,26 @@ class GroupReconciler:
             delay = outcome.lease_wake_at - self.world.monotonic()
             self.world.queue.add_after(group.work_key, max(0.0, delay))
         return outcome
+
+    async def _release_locks(self, body: Mapping[str, Any], unlocks: Sequence[LockRelease]) -> None:
+        assert self.locks is not None
+        ns = body["metadata"]["namespace"]
+        for done in await self.locks.release(ns, self.world.topic_specs.get(ns, {}), unlocks):
+            unlock = done.unlock
+            who = f"member {unlock.member} (RocketMQ clients {', '.join(unlock.clients)})"
+            if done.problems:
+                message = (
+                    f"could not release the broker locks of {len(unlock.queues)} queues held by stopped "
+                    f"{who}: {'; '.join(done.problems)}; their new owners wait for the locks to expire (60 s)"
+                )
+                logger.warning("group %s/%s: %s", ns, body["metadata"]["name"], message)
+                self.writer.post_event(body, "Warning", "BrokerLocksKept", message)
+            else:
+                message = (
+                    f"released the broker locks of {done.queues} queues held by stopped {who}: "
+                    "their new owners lock them at once"
+                )
+                self.writer.post_event(body, "Normal", "BrokerLocksReleased", message)
 
     async def _without_legacy_finalizer(self, group: CachedGroup) -> Mapping[str, Any]:
         """The group's object, rid of operator 0.1's finalizer if it still had it."""

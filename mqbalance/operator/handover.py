@@ -88,6 +88,10 @@ class Step:
     """Monotonic time at which a departed owner's Lease will have been silent long enough."""
     waiting_for: tuple[str, ...] = field(default=())
     """Owners whose acknowledgement is awaited."""
+    stopped: Mapping[str, tuple[MessageQueue, ...]] = field(default_factory=dict)
+    """Queues given on in this step from owners known to consume nothing any more (their pods
+    finished, or gone with their grants surely expired), by owner: the broker locks their orderly
+    consumers held may be released on their behalf."""
 
 
 def step(
@@ -147,6 +151,7 @@ def step(
     outcome = {"released": 0, "gone": 0, "overridden": 0}
     finished: dict[tuple[str, int, float], str] = {}
     overridden_owners: set[str] = set()
+    stopped: dict[str, list[MessageQueue]] = {}
 
     def give(topic: str, member: str | None, mq: MessageQueue) -> None:
         if member is not None:  # None: withdrawn, nobody takes it
@@ -169,6 +174,7 @@ def step(
                 give(topic, member, mq)  # nobody to wait for
             elif owner not in alive and owner not in departed:
                 give(topic, member, mq)  # finished: nobody to wait for
+                stopped.setdefault(owner, []).append(mq)
             else:
                 revoking.setdefault(owner, []).append(mq)
         else:
@@ -185,12 +191,14 @@ def step(
                     give(topic, member, mq)  # its grant has surely expired
                     outcome["gone"] += 1
                     finished[key] = "gone"
+                    stopped.setdefault(release.owner, []).append(mq)
                 else:
                     kept.setdefault(key, []).append(mq)
             elif release.owner not in alive:
                 give(topic, member, mq)
                 outcome["gone"] += 1
                 finished[key] = "gone"
+                stopped.setdefault(release.owner, []).append(mq)
             elif spec.mode is HandoverMode.OFF or now >= spec.override_at(release.since):
                 give(topic, member, mq)
                 outcome["overridden"] += 1
@@ -232,6 +240,7 @@ def step(
         wake_at=min(wake) if wake else None,
         lease_wake_at=min(lease_wake) if lease_wake else None,
         waiting_for=tuple(sorted({r.owner for r in releasing})),
+        stopped={owner: tuple(sort_queues(qs)) for owner, qs in sorted(stopped.items())},
     )
 
 

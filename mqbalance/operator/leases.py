@@ -30,11 +30,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbalance.contract import member_lease_name
+from mqbalance.contract import member_clients, member_lease_name
 
 LeaseRecord = tuple[Any, ...]
 """What a change of a member Lease is judged by: its uid and spec (holder, renew and acquire times,
-duration, transitions). Anything else (labels, managedFields) changing is no renewal."""
+duration, transitions), and the RocketMQ client ids it names (a sidecar writes them with a renewal).
+Anything else (labels, managedFields) changing is no renewal."""
+CLIENTS = 6
+"""Where a :data:`LeaseRecord` holds the client ids (``member_clients``)."""
 
 DELETED_KEPT_SECONDS = 7200.0
 """How long the time a Lease was seen deleted is kept: longer than any leaseSeconds plus margin."""
@@ -51,6 +54,7 @@ def lease_record(body: Mapping[str, Any]) -> LeaseRecord:
         spec.get("acquireTime"),
         spec.get("leaseDurationSeconds"),
         spec.get("leaseTransitions"),
+        member_clients(meta.get("annotations")),
     )
 
 
@@ -67,6 +71,8 @@ class MemberLeases:
     was seen before counts as seen then."""
     changed: Mapping[str, float] = field(default_factory=dict)
     """Lease name -> monotonic time the Lease was last seen to change (created, renewed, deleted)."""
+    clients: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Lease name -> the RocketMQ client ids it named last (kept a while after it was deleted)."""
 
     @classmethod
     def of_pods(cls, now: float, since: float, changed: Mapping[str, float]) -> MemberLeases:
@@ -85,6 +91,10 @@ class MemberLeases:
         """Seconds the pod's Lease has not been seen to change."""
         return self.now - self.quiet_from(pod)
 
+    def clients_of(self, pod: str) -> tuple[str, ...]:
+        """The RocketMQ client ids the pod's Lease named last (none when it named none)."""
+        return self.clients.get(member_lease_name(pod), ())
+
     def lapsed(self, pod: str, lease: float) -> bool:
         """A live member that stopped serving: its Lease, once seen, not renewed for ``lease`` seconds."""
         return self.seen(pod) and self.quiet_for(pod) >= lease
@@ -97,6 +107,9 @@ class LeaseTable:
         self._changed: dict[str, dict[str, float]] = {}
         self._records: dict[str, dict[str, LeaseRecord]] = {}
         self._deleted: dict[str, dict[str, float]] = {}
+        self._clients: dict[str, dict[str, tuple[str, ...]]] = {}
+        """The client ids each Lease named last: kept after a deletion (the garbage collector
+        deletes a gone pod's Lease before its queues are handed on, and their locks released)."""
 
     def seen(self, namespace: str, name: str, record: LeaseRecord, now: float) -> str | None:
         """A Lease listed or watched; its holder when this is a change (a renewal), else None."""
@@ -104,6 +117,8 @@ class LeaseTable:
         if records.get(name) == record and name not in self._deleted.get(namespace, {}):
             return None
         records[name] = record
+        if len(record) > CLIENTS and record[CLIENTS]:
+            self._clients.setdefault(namespace, {})[name] = record[CLIENTS]
         self._changed.setdefault(namespace, {})[name] = now
         deleted = self._deleted.get(namespace)
         if deleted is not None:
@@ -125,13 +140,14 @@ class LeaseTable:
             if now - at > DELETED_KEPT_SECONDS:
                 del deleted[old]
                 self._changed[namespace].pop(old, None)
+                self._clients.get(namespace, {}).pop(old, None)
 
     def view(self, namespace: str, since: float, now: float) -> MemberLeases:
         """The namespace's Leases for one reconcile (the table's own mapping: read it at once)."""
-        return MemberLeases(now, since, self._changed.get(namespace, {}))
+        return MemberLeases(now, since, self._changed.get(namespace, {}), self._clients.get(namespace, {}))
 
     def forget(self, namespace: str) -> None:
-        for table in (self._changed, self._records, self._deleted):
+        for table in (self._changed, self._records, self._deleted, self._clients):
             table.pop(namespace, None)
 
     def __len__(self) -> int:

@@ -315,6 +315,13 @@ class OperatorMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.broker_unlocks = Counter(
+            "mqbalance_broker_unlocked_queues",
+            "Queues whose broker locks the operator released for a member known stopped (handover Orderly), "
+            "by result: released, or failed (they expire as before).",
+            ["result"],
+            registry=registry,
+        )
         self.handover_wait = Histogram(
             "mqbalance_handover_wait_seconds",
             "From a revocation to its queues' assignment to their new owners.",

@@ -144,6 +144,18 @@ class Interest:
 
 
 @dataclass(frozen=True)
+class LockRelease:
+    """Broker locks to release on a stopped member's behalf before its queues' new owners start:
+    RocketMQ's ``UNLOCK_BATCH_MQ`` of ``queues`` for each of ``clients`` in ``group``."""
+
+    group: str
+    """The RocketMQ consumer group."""
+    member: str
+    clients: tuple[str, ...]
+    queues: tuple[MessageQueue, ...]
+
+
+@dataclass(frozen=True)
 class Outcome:
     document: AssignmentDocument | None
     """The generation to publish, or None to leave the ConfigMap as it is."""
@@ -171,6 +183,9 @@ class Outcome:
     ensure_releases: bool = False
     """Create the group's releases ConfigMap before anyone is asked to acknowledge: its handover
     waits for acknowledgements there, and it has none."""
+    unlocks: tuple[LockRelease, ...] = ()
+    """Release these broker locks before publishing ``document`` (handover Orderly: its new owners
+    lock the queues at once instead of waiting out a stopped member's locks)."""
 
     @property
     def invalid(self) -> bool:

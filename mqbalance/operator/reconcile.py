@@ -56,10 +56,11 @@ from mqbalance.operator.change import LOAD_IMBALANCE, change_reason, handover_no
 from mqbalance.operator.conditions import condition_status, rfc3339
 from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.operator.invalid import TopicNotFound, check_group_bounds, invalid_outcome, subscribed_routes
+from mqbalance.operator.leases import MemberLeases
 from mqbalance.operator.load_balance import balance_by_load
 from mqbalance.operator.membership import lease_lapsed, members, settling
-from mqbalance.operator.observation import Interest, Note, Observed, Outcome
-from mqbalance.operator.spec import parse_group, subscribed_topics, unknown_config_queues
+from mqbalance.operator.observation import Interest, LockRelease, Note, Observed, Outcome
+from mqbalance.operator.spec import GroupSpec, parse_group, subscribed_topics, unknown_config_queues
 from mqbalance.operator.status import flapping, group_status, history_entry, int_field, with_lag
 from mqbalance.quality import measure
 from mqbalance.strategies import AllocationError, LoadState, allocate_group
@@ -281,6 +282,7 @@ def _decide(obs: Observed) -> Outcome:
         f"loads {figures.min_load}-{figures.max_load}, {figures.moved} moved, {figures.cross_zone} cross-zone"
     )
     notes = (*recovered, *handover_notes(handover, spec.handover), Note("Normal", "Rebalanced", message))
+    unlocks = lock_releases(spec, handover, leases)
     return Outcome(
         candidate,
         status,
@@ -295,4 +297,22 @@ def _decide(obs: Observed) -> Outcome:
         load_target,
         lease_wake_at,
         ensure_releases,
+        unlocks,
+    )
+
+
+def lock_releases(
+    spec: GroupSpec, handover: Step | None, leases: MemberLeases | None
+) -> tuple[LockRelease, ...]:
+    """Handover Orderly: the broker locks of the members the handover knows stopped (pods finished,
+    or gone with their grants surely expired), for the queues given on from them now. An orderly
+    consumer renews its locks every 20 s and the broker keeps them 60 s: released on its behalf, the
+    queues' new owners lock them at once. Only the clients the member's Lease named (its sidecar
+    learnt them from the Java helper) can be named: without them the locks expire as before."""
+    if handover is None or leases is None or spec.handover.mode is not HandoverMode.ORDERLY:
+        return ()
+    return tuple(
+        LockRelease(spec.group_name, member, clients, queues)
+        for member, queues in handover.stopped.items()
+        if (clients := leases.clients_of(member))
     )

@@ -32,6 +32,7 @@ from mqbalance.contract import (
 )
 from mqbalance.kube import Informer, KubeClient, LeaseElector, LeaseLock, LeaseLoop, compact, default_identity
 from mqbalance.operator import external_metrics
+from mqbalance.operator.broker_locks import BrokerLocks
 from mqbalance.operator.controller import Controller
 from mqbalance.operator.journal import Journal
 from mqbalance.operator.lagpoll import LagPoller, LagSettings
@@ -141,6 +142,10 @@ class Runtime:
             config.name_server,
             config.lag_timeout,
             secrets=lambda namespace, name: client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}"),
+        )
+        # A stopped member's broker locks are released through the same brokers (handover Orderly).
+        controller.group_reconciler.locks = BrokerLocks(
+            controller.reset_reconciler.reader, controller.metrics
         )
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in informers]
         tasks.append(asyncio.create_task(wait_synced(controller.world, informers), name="synced"))

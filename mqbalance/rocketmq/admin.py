@@ -1,5 +1,6 @@
 """A broker's offset requests, as RocketMQ's admin tools send them: a queue's min and max offset, the
-offset of a time, a group's committed offset, and writing it (asyncio, one connection a request).
+offset of a time, a group's committed offset, and writing it; and releasing a client's queue locks
+(asyncio, one connection a request).
 
 The requests are RocketMQ's own (``org.apache.rocketmq.remoting.protocol.RequestCode``), their
 fields those of its request headers, 4.x and 5.x alike: ``mqadmin`` reads and writes offsets with
@@ -11,8 +12,9 @@ anything else fails with :class:`AdminError`, never with what the parser met.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from mqbalance.rocketmq.nameserver import DEFAULT_TIMEOUT, invoke
 from mqbalance.rocketmq.remoting import (
@@ -33,6 +35,15 @@ _opaque = itertools.count(1)
 
 class AdminError(Exception):
     """A broker did not answer an offset request, refused it, or answered what is not an offset."""
+
+
+@dataclass(frozen=True)
+class BrokerQueue:
+    """A queue as RocketMQ names it in a request body: topic, broker name, queue id."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,25 @@ class BrokerAdmin:
         if response.code != ResponseCode.SUCCESS:
             raise self._refused(RequestCode.UPDATE_CONSUMER_OFFSET, queue, response)
 
+    async def unlock(self, address: str, group: str, client_id: str, queues: Sequence[BrokerQueue]) -> None:
+        """Release the broker locks ``client_id`` holds on ``queues`` (of the broker at ``address``)
+        for ``group``: ``UNLOCK_BATCH_MQ``, which an orderly consumer sends for itself when it
+        lets go of a queue; the broker drops only locks held by that client."""
+        body = {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "onlyThisBroker": False,
+            "mqSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in queues],
+        }
+        command = replace(request(RequestCode.UNLOCK_BATCH_MQ, next(_opaque)), body=json.dumps(body).encode())
+        response = await self._send(RequestCode.UNLOCK_BATCH_MQ, address, command)
+        if response.code != ResponseCode.SUCCESS:
+            remark = (response.remark or "")[:300]
+            raise AdminError(
+                f"broker {address} refused UNLOCK_BATCH_MQ of group {group}: "
+                f"code {response.code}: {remark or '(no remark)'}"
+            )
+
     async def _offset(self, code: RequestCode, queue: QueueRef, fields: Mapping[str, object]) -> int:
         response = await self._ask(code, queue, fields)
         if response.code != ResponseCode.SUCCESS:
@@ -89,18 +119,19 @@ class BrokerAdmin:
 
     async def _ask(self, code: RequestCode, queue: QueueRef, fields: Mapping[str, object]) -> RemotingCommand:
         command = request(code, next(_opaque), {"topic": queue.topic, "queueId": queue.queue_id, **fields})
+        return await self._send(code, queue.address, command)
+
+    async def _send(self, code: RequestCode, address: str, command: RemotingCommand) -> RemotingCommand:
         if self.credentials is not None:
             command = sign(command, self.credentials)
         try:
-            return await invoke(queue.address, command, self.timeout)
+            return await invoke(address, command, self.timeout)
         except TimeoutError:
             raise AdminError(
-                f"broker {queue.address}: no answer to {code.name} within {self.timeout:g} s"
+                f"broker {address}: no answer to {code.name} within {self.timeout:g} s"
             ) from None
         except (OSError, FrameError) as exc:
-            raise AdminError(
-                f"broker {queue.address}: {code.name} failed: {type(exc).__name__}: {exc}"
-            ) from None
+            raise AdminError(f"broker {address}: {code.name} failed: {type(exc).__name__}: {exc}") from None
 
     @staticmethod
     def _read_offset(code: RequestCode, queue: QueueRef, response: RemotingCommand) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mqbalance.contract.names import MAX_CLIENT_ID, valid_client_id
 from mqbalance.sidecar.answers import RouteEntry, Served
 from mqbalance.sidecar.errors import ApiError
 from mqbalance.sidecar.keys import CONFIG, STATE
@@ -96,7 +97,16 @@ async def group_served(request: web.Request) -> tuple[GroupState, Served]:
             if (served := only.served) is not None:
                 return only, served
     else:
-        check_params(request, ("group", "after", "timeout"))
+        check_params(request, ("group", "after", "timeout", "client"))
+        client_id = request.query.get("client")
+        if client_id is not None:
+            if not valid_client_id(client_id):
+                raise ApiError(
+                    400,
+                    f"client must be a RocketMQ client id (printable, no spaces, 1 to {MAX_CLIENT_ID} "
+                    f"characters), got {shown(client_id)!r}",
+                )
+            request.app[STATE].saw_client(client_id)
     group = group_of(request)
     poll = long_poll(request)
     served = group.served if poll is None else await group.wait_change(*poll)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mqbalance.contract import Ack, AssignmentDocument, HandoverMode, LeaseTerms
+from mqbalance.contract import MAX_MEMBER_CLIENTS, Ack, AssignmentDocument, HandoverMode, LeaseTerms
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.answers import RouteEntry, Served, dumps, fenced_view, member_view
@@ -240,6 +240,17 @@ class SidecarState:
         self._route_brokers: frozenset[str] = frozenset()
         """Every broker a route names: the only ones a send report may name."""
         self.metrics.watch_brokers(self.broker_states)
+        self.clients: dict[str, None] = {}
+        """The RocketMQ client ids this pod's applications named (``?client=``), oldest first: the
+        member Lease carries them, so the operator can release the broker locks of a fenced pod."""
+
+    def saw_client(self, client_id: str) -> None:
+        """An application named its RocketMQ client id; the newest ``MAX_MEMBER_CLIENTS`` are kept."""
+        if client_id in self.clients:
+            return
+        self.clients[client_id] = None
+        while len(self.clients) > MAX_MEMBER_CLIENTS:
+            del self.clients[next(iter(self.clients))]
 
     # -- assignments -------------------------------------------------------------
 

@@ -9,6 +9,7 @@ reconnect after other failures with backoff.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from mqbalance.contract import (
     CONFIGMAP_KEY,
     MANAGED_BY,
+    MEMBER_CLIENTS_ANNOTATION,
     MEMBER_LEASE_LABEL,
     TOPICS,
     AssignmentDocument,
@@ -152,6 +154,8 @@ class MemberLease:
         """One renewal (at most ``renew`` seconds long); whether it succeeded."""
         lock = self.lock
         lock.duration = lease
+        if state.clients:
+            lock.annotations[MEMBER_CLIENTS_ANNOTATION] = json.dumps(list(state.clients))
         before = lock.renewed_at
         try:
             async with asyncio.timeout(max(renew, 1.0)):

@@ -1,18 +1,23 @@
-"""mqbalance's offset requests (mqbalance.rocketmq.admin) against a real broker, on 4.9.7 and the
+"""mqbalance's broker requests (mqbalance.rocketmq.admin) against a real broker, on 4.9.7 and the
 tested release: min and max offsets, the offset of a time, a group's committed offset written and
-read back, each checked against RocketMQ's own admin tool (``mqadmin consumerProgress``)."""
+read back, each checked against RocketMQ's own admin tool (``mqadmin consumerProgress``); and a
+client's queue locks released on its behalf, as an orderly consumer's own LOCK_BATCH_MQ sees them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from dataclasses import replace
 
 import pytest
 
 from harness import polling
 from harness.rocketmq.server import RocketMQ
 from mqbalance.model import MessageQueue
-from mqbalance.rocketmq.admin import AdminError, BrokerAdmin, QueueRef
+from mqbalance.rocketmq.admin import AdminError, BrokerAdmin, BrokerQueue, QueueRef
+from mqbalance.rocketmq.nameserver import invoke
+from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, parse_fastjson, request
 from tests.integration.rocketmq.test_lag_offsets import consume, consumer_progress, mq  # noqa: F401 (fixture)
 
 
@@ -93,3 +98,38 @@ def test_a_broker_that_does_not_answer_is_an_admin_error() -> None:
     dead = QueueRef("127.0.0.1:9", "t", 0)  # the discard port: nothing listens
     with pytest.raises(AdminError, match=r"broker 127\.0\.0\.1:9: GET_MAX_OFFSET failed"):
         asyncio.run(BrokerAdmin(timeout=polling.scaled(2)).max_offset(dead))
+
+
+def lock(address: str, group: str, client_id: str, queues: list[BrokerQueue]) -> set[int]:
+    """LOCK_BATCH_MQ as an orderly consumer sends it (RebalanceImpl.lockAll): the queue ids locked."""
+    body = {
+        "consumerGroup": group,
+        "clientId": client_id,
+        "onlyThisBroker": False,
+        "mqSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in queues],
+    }
+    command = replace(request(RequestCode.LOCK_BATCH_MQ, 1), body=json.dumps(body).encode())
+    response = asyncio.run(invoke(address, command, polling.scaled(5)))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    return {int(q["queueId"]) for q in parse_fastjson(response.body).get("lockOKMQSet") or []}
+
+
+def test_a_clients_locks_are_released_on_its_behalf_and_no_one_elses(mq: RocketMQ, topic_name: str) -> None:  # noqa: F811
+    topic = topic_name[-40:].lstrip("-")
+    group = f"GID_lock_{topic}"[:60]
+    mq.create_topic(topic, 2)
+    address = mq.broker_addr("broker-a")
+    queues = [BrokerQueue(topic, "broker-a", i) for i in range(2)]
+    dead, new, other = "127.0.0.1@dead#1", "127.0.0.1@new#2", "127.0.0.1@other#3"
+    assert lock(address, group, dead, queues) == {0, 1}
+    assert lock(address, group, new, queues) == set(), "the broker keeps them for their holder (60 s)"
+    admin = BrokerAdmin(timeout=polling.scaled(5))
+    asyncio.run(admin.unlock(address, group, other, queues))
+    assert lock(address, group, new, queues) == set(), "an unlock naming another client frees nothing"
+    asyncio.run(admin.unlock(address, group, dead, queues[:1]))
+    assert lock(address, group, new, queues) == {0}, "released on the holder's behalf: free at once"
+    asyncio.run(admin.unlock(address, group, dead, queues[1:]))
+    assert lock(address, group, new, queues) == {0, 1}
+    # The new holder's locks stay: an unlock naming the old client now frees nothing.
+    asyncio.run(admin.unlock(address, group, dead, queues))
+    assert lock(address, group, other, queues) == set()

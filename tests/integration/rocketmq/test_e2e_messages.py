@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.e2e import NAMESPACE, Step, World, consumed_records, run, world
+from harness.e2e import (
+    NAMESPACE,
+    MqbalanceOrderlyLeaseVariant,
+    Step,
+    World,
+    consumed_records,
+    failover_waits,
+    run,
+    world,
+)
 from harness.rocketmq.releases import version_under_test
 from tests.integration.invariants import consumer_problems
 
@@ -88,6 +97,63 @@ def test_a_paused_and_resumed_group_loses_and_repeats_nothing(e2e_world: World) 
     # Nothing was consumed while paused: every queue the producer wrote to waited out the pause.
     assert len(score.idle_queues(5.0)) == len(score.produced_queues), score.queue_gaps
     assert_nothing_overridden(e2e_world, "e2e-pause-mqbalance-handover")
+
+
+def test_an_orderly_member_that_dies_is_replaced_in_seconds_not_at_its_broker_locks_expiry(
+    e2e_world: World,
+) -> None:
+    """An orderly member SIGKILLed, its pod then gone (a lost node, say): once its grant has surely
+    expired the operator hands its queues on and, first, releases the dead client's broker locks
+    (its Lease named the client), so the new owners lock and consume them at once: within
+    leaseSeconds + leaseMarginSeconds and a little of the kill, not when the locks would have
+    expired, 40 to 60 s after it (RocketMQ's own clients, handover Orderly)."""
+    operator = e2e_world.operator
+    assert operator is not None
+    script = (Step(0.3, "kill", 1),)
+    [score] = run(
+        e2e_world, ["mqbalance-orderly-lease"], seconds=40, rate=50, keys=16, script=script, tag="failover"
+    )
+    assert score.lost == 0, f"lost {score.lost} of {score.produced} messages"
+    assert score.order_violations == 0
+    assert not consumer_problems(score), "\n".join(consumer_problems(score))
+    group = "e2e-failover-mqbalance-orderly-lease"
+    dead = f"{group}-1"
+    waits = failover_waits(e2e_world.workdir, group, dead, score.killed_at[dead])
+    assert waits, "the member consumed nothing before it was killed"
+    lease = MqbalanceOrderlyLeaseVariant.lease
+    bound = lease["leaseSeconds"] + lease["leaseMarginSeconds"]
+    print(f"orderly failover, s from the kill to the next consumption: {waits}; lease + margin {bound:g}")
+    # Released, not expired: the dead client renewed its locks at most 20 s before the kill, so
+    # they would have held its queues 40 s past it at least.
+    assert max(waits.values()) < 30, waits
+    assert operator.metric("mqbalance_broker_unlocked_queues_total", result="released") >= len(waits)
+    assert_nothing_overridden(e2e_world, group)
+
+
+def test_an_orderly_member_only_frozen_keeps_its_queues_and_its_locks(e2e_world: World) -> None:
+    """SIGSTOP instead of SIGKILL, for longer than leaseSeconds + leaseMarginSeconds: the JVM stalls
+    but its pod and sidecar live on and renew its Lease, so mqbalance never takes it for stopped:
+    no lock is released, nobody else consumes its queues meanwhile, and after SIGCONT it carries
+    on where it stopped: nothing lost, nothing consumed twice, order kept (never two owners)."""
+    operator = e2e_world.operator
+    assert operator is not None
+    released = operator.metric("mqbalance_broker_unlocked_queues_total", result="released")
+    script = (Step(0.3, "freeze", 1), Step(0.65, "thaw", 1))
+    [score] = run(
+        e2e_world, ["mqbalance-orderly-lease"], seconds=40, rate=50, keys=16, script=script, tag="frozen"
+    )
+    assert score.lost == 0, f"lost {score.lost} of {score.produced} messages"
+    assert score.duplicates == 0, f"{score.duplicates} duplicates: a frozen member's queues were taken"
+    assert score.order_violations == 0
+    assert not consumer_problems(score), "\n".join(consumer_problems(score))
+    assert operator.metric("mqbalance_broker_unlocked_queues_total", result="released") == released
+    # Its queues waited for it: idle while it was frozen (14 s), consumed by it alone.
+    frozen = "e2e-frozen-mqbalance-orderly-lease-1"
+    mine = sorted(q for q, members in score.consumers.items() if frozen in members)
+    assert mine, "the frozen member consumed nothing"
+    assert all(score.consumers[q] == frozenset({frozen}) for q in mine), score.consumers
+    assert all(score.queue_gaps[q] > 10 for q in mine), score.queue_gaps
+    assert_nothing_overridden(e2e_world, "e2e-frozen-mqbalance-orderly-lease")
 
 
 def assert_nothing_overridden(w: World, group: str) -> None:

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from mqbalance.contract import AssignmentDocument, HandoverMode, LeaseTerms, member_lease_name
+from mqbalance.contract import (
+    MAX_MEMBER_CLIENTS,
+    AssignmentDocument,
+    HandoverMode,
+    LeaseTerms,
+    member_clients,
+    member_lease_name,
+)
 from mqbalance.kube import ApiError
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.app import create_app
@@ -269,3 +276,32 @@ async def test_the_python_client_checks_the_grant_on_its_own_clock() -> None:
     client.queues()
     assert client.grant_valid()
     assert client.grant_remaining() is None
+
+
+async def test_the_clients_the_applications_named_are_written_to_the_member_lease(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """``GET /v1/queues?client=ID`` names the asking consumer's RocketMQ client; the next renewal
+    writes every one named (the newest MAX_MEMBER_CLIENTS) into the Lease, where the operator reads
+    them to release a stopped pod's broker locks."""
+    clock = FakeClock(1000.0)
+    config = make_config()
+    state = SidecarState(config.pod_name, config.groups, QueueSelector(), clock=clock, monotonic=clock)
+    state.publish(config.default_group, leased(1))
+    client = await aiohttp_client(create_app(config, source=None, state=state))
+    for cid in ("10.0.0.1@123#4", "10.0.0.1@123#4", "10.0.0.1@456#7"):
+        assert (await client.get("/v1/queues", params={"client": cid, "after": "-1"})).status == 200
+    bad = await client.get("/v1/queues", params={"client": "has space"})
+    assert bad.status == 400
+    assert "client must be a RocketMQ client id" in (await bad.json())["error"]
+    kube = FakeKube(clock)
+    member = MemberLease(kube, "shop", POD, monotonic=clock)  # type: ignore[arg-type]
+    assert await member.renew_once(state, 20.0, 5.0)
+    assert kube.lease is not None
+    assert member_clients(kube.lease["metadata"]["annotations"]) == ("10.0.0.1@123#4", "10.0.0.1@456#7")
+    for i in range(MAX_MEMBER_CLIENTS):
+        await client.get("/v1/queues", params={"client": f"10.0.0.2@{i}"})
+    clock.advance(5.0)
+    assert await member.renew_once(state, 20.0, 5.0)  # renewed in place, the annotation updated
+    named = member_clients(kube.lease["metadata"]["annotations"])
+    assert named == tuple(f"10.0.0.2@{i}" for i in range(MAX_MEMBER_CLIENTS))

@@ -60,6 +60,7 @@ public class SidecarAllocateStrategy implements AllocateMessageQueueStrategy {
     @Override
     public List<MessageQueue> allocate(String consumerGroup, String currentCID, List<MessageQueue> mqAll,
         List<String> cidAll) {
+        watcher.announceClient(currentCID); // for the operator, should this client die holding locks
         if (mqAll == null || mqAll.isEmpty()) {
             return Collections.emptyList();
         }

@@ -30,6 +30,8 @@ public class SidecarClient {
     private final URI base;
     private final HttpClient http;
     private final Duration requestTimeout;
+    private volatile String clientId;
+    private volatile boolean clientAccepted = true;
 
     /** The sidecar at {@link #defaultUrl()}: {@code $MQBALANCE_URL} when set, else {@link #DEFAULT_URL}. */
     public SidecarClient() {
@@ -69,8 +71,18 @@ public class SidecarClient {
      * grant counts from just before the request was sent ({@link QueuesView#grantValid()}).
      */
     public QueuesView queues(String group) throws SidecarException {
-        long sentNanos = System.nanoTime();
-        return QueuesView.fromJson(get("/v1/queues" + groupQuery(group, '?'), requestTimeout), sentNanos);
+        String path = "/v1/queues" + groupQuery(group, '?');
+        char sep = group == null ? '?' : '&';
+        try {
+            long sentNanos = System.nanoTime();
+            return QueuesView.fromJson(get(path + clientQuery(sep), requestTimeout), sentNanos);
+        } catch (SidecarException e) {
+            if (!clientRefused(e)) {
+                throw e;
+            }
+            long sentNanos = System.nanoTime();
+            return QueuesView.fromJson(get(path, requestTimeout), sentNanos);
+        }
     }
 
     /**
@@ -81,8 +93,16 @@ public class SidecarClient {
     public QueuesView waitForChange(String group, long after, Duration timeout) throws SidecarException {
         long seconds = Math.max(1, timeout.getSeconds());
         String path = "/v1/queues?after=" + after + "&timeout=" + seconds + groupQuery(group, '&');
-        long sentNanos = System.nanoTime();
-        return QueuesView.fromJson(get(path, timeout.plus(requestTimeout)), sentNanos);
+        try {
+            long sentNanos = System.nanoTime();
+            return QueuesView.fromJson(get(path + clientQuery('&'), timeout.plus(requestTimeout)), sentNanos);
+        } catch (SidecarException e) {
+            if (!clientRefused(e)) {
+                throw e;
+            }
+            long sentNanos = System.nanoTime();
+            return QueuesView.fromJson(get(path, timeout.plus(requestTimeout)), sentNanos);
+        }
     }
 
     /** Producer queue selection ({@code POST /v1/topics/{topic}/select}). */
@@ -189,6 +209,41 @@ public class SidecarClient {
                 error != null ? error.toString() : null, null);
         }
         return doc;
+    }
+
+    /**
+     * The RocketMQ client id of the consumer asking ({@code MQClientInstance.getClientId()}), sent
+     * with every {@code /v1/queues} request from now on. The sidecar keeps it in the pod's member
+     * Lease: with handover Orderly, the operator can then release this client's broker locks once it
+     * knows the pod stopped, so the queues' new owners need not wait for the locks to expire.
+     */
+    public void setClientId(String clientId) {
+        this.clientId = clientId;
+    }
+
+    public String clientId() {
+        return clientId;
+    }
+
+    private String clientQuery(char sep) {
+        String id = clientId;
+        return id == null || !clientAccepted ? "" : sep + "client=" + encode(id);
+    }
+
+    /**
+     * Whether {@code e} is a sidecar older than {@code ?client=} refusing it (400, "unknown query
+     * parameter(s) client"): it is not sent to this sidecar again, and the request is asked again
+     * without it. The pod then names no client, and its orderly queues wait for their locks to
+     * expire after a crash, as before.
+     */
+    private boolean clientRefused(SidecarException e) {
+        String error = e.error();
+        if (e.status() != 400 || error == null || !error.startsWith("unknown query parameter") || !clientAccepted
+            || !error.contains("client")) {
+            return false;
+        }
+        clientAccepted = false;
+        return true;
     }
 
     private static String groupQuery(String group, char sep) {

@@ -3,6 +3,7 @@ package io.mqbalance.rocketmq;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.Consumer;
 
@@ -98,6 +99,25 @@ public final class SidecarWatcher implements AutoCloseable {
         synchronized (grantMonitor) {
             grantMonitor.notifyAll();
         }
+    }
+
+    /**
+     * The consumer's RocketMQ client id, sent with every request from now on
+     * ({@link SidecarClient#setClientId}); a new one is sent at once, off the caller's thread (the
+     * caller is RocketMQ's rebalance, which must not wait on the sidecar).
+     */
+    public void announceClient(String clientId) {
+        if (clientId == null || clientId.equals(client.clientId())) {
+            return;
+        }
+        client.setClientId(clientId);
+        CompletableFuture.runAsync(() -> {
+            try {
+                accept(client.queues(group));
+            } catch (SidecarException e) {
+                lastError = e;
+            }
+        });
     }
 
     /** Ask the sidecar now, unless another thread did within the last 100 ms. */

@@ -46,6 +46,8 @@ final class FakeSidecar implements AutoCloseable {
     private boolean silent;
     private long delayMs;
     private int answers;
+    private final java.util.Set<String> clients = new java.util.concurrent.CopyOnWriteArraySet<>();
+    private volatile boolean knowsClient = true;
 
     FakeSidecar(String group, String member) throws IOException {
         this.group = group;
@@ -110,6 +112,16 @@ final class FakeSidecar implements AutoCloseable {
         return answers;
     }
 
+    /** Answer {@code ?client=} with 400, as a sidecar older than it does. */
+    void refuseClient() {
+        knowsClient = false;
+    }
+
+    /** The RocketMQ client ids the requests named ({@code ?client=}). */
+    java.util.Set<String> clients() {
+        return clients;
+    }
+
     List<Release> releases() {
         return releases;
     }
@@ -145,6 +157,17 @@ final class FakeSidecar implements AutoCloseable {
                     after = Long.parseLong(kv[1]);
                 } else if (kv[0].equals("timeout")) {
                     timeoutMs = (long) (Double.parseDouble(kv[1]) * 1000);
+                } else if (kv[0].equals("client")) {
+                    if (!knowsClient) {
+                        byte[] body = "{\"status\":400,\"error\":\"unknown query parameter(s) client; known: group, after, timeout\"}"
+                            .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                        exchange.getResponseHeaders().set("Content-Type", "application/json");
+                        exchange.sendResponseHeaders(400, body.length);
+                        exchange.getResponseBody().write(body);
+                        exchange.close();
+                        return;
+                    }
+                    clients.add(java.net.URLDecoder.decode(kv[1], java.nio.charset.StandardCharsets.UTF_8));
                 }
             }
         }

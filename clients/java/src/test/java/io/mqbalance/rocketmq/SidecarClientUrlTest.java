@@ -7,6 +7,7 @@ import java.io.IOException;
 import java.net.URISyntaxException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -32,6 +33,34 @@ class SidecarClientUrlTest {
     @Test
     void anExplicitUrlWins() {
         assertEquals("http://127.0.0.1:8082", new SidecarClient("http://127.0.0.1:8082/").baseUri().toString());
+    }
+
+    @Test
+    void theAllocationNamesTheRocketMQClientToTheSidecarAtOnce() throws Exception {
+        try (FakeSidecar sidecar = new FakeSidecar("orders", "pod-0")) {
+            SidecarWatcher watcher = new SidecarWatcher(sidecar.client(), null);
+            SidecarAllocateStrategy strategy = new SidecarAllocateStrategy(watcher);
+            String cid = "10.1.2.3@12345#1679089";
+            strategy.allocate("orders", cid, List.of(new MessageQueue("orders", "broker-a", 0)), List.of(cid));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (!sidecar.clients().contains(cid) && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertEquals(Set.of(cid), sidecar.clients(), "the client id, URL-decoded, reached the sidecar");
+            assertEquals(cid, watcher.client().clientId());
+        }
+    }
+
+    @Test
+    void aSidecarOlderThanTheClientParameterIsAskedWithoutIt() throws Exception {
+        try (FakeSidecar sidecar = new FakeSidecar("orders", "pod-0")) {
+            sidecar.refuseClient();
+            SidecarClient client = sidecar.client();
+            client.setClientId("10.1.2.3@1");
+            assertEquals(1L, client.queues(null).generation(), "asked again without ?client=");
+            assertEquals(1L, client.waitForChange(null, 0, Duration.ofSeconds(1)).generation());
+            assertEquals(Set.of(), sidecar.clients());
+        }
     }
 
     @Test
