@@ -17,7 +17,6 @@ it from its old owner to the first consumption by its new owner), beside the one
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import machine, table
+from bench.common import machine, messages_parser, table
 from harness.e2e import SCRIPT, VARIANTS, Score, run, world
 
 ONE_STEP = "mqbalance"
@@ -103,15 +102,9 @@ def cost_table(scores: list[Score]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long the producer sends")
-    parser.add_argument("--rate", type=int, default=200, help="messages a second")
+    parser = messages_parser(__doc__, rate=200)
     parser.add_argument("--keys", type=int, default=64)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
-    parser.add_argument("--rounds", type=int, default=1, help="runs in the same world, one after the other")
-    parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")
     args = parser.parse_args()
     print(machine())
     lost = False

@@ -19,7 +19,6 @@ had consumed: seconds from the kill to the queue's next consumption by another m
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import machine, table
+from bench.common import machine, messages_parser, table
 from harness.e2e import Step, failover_waits, run, world
 
 VARIANTS = ("rocketmq-orderly", "mqbalance-orderly", "mqbalance-orderly-lease")
@@ -37,14 +36,7 @@ KILLED = 1
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long the producer sends")
-    parser.add_argument("--rate", type=int, default=50, help="messages a second")
-    parser.add_argument("--rounds", type=int, default=1, help="runs in the same world, one after the other")
-    parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")
-    args = parser.parse_args()
+    args = messages_parser(__doc__, rate=50).parse_args()
     print(machine())
     lost = False
     with world(args.workdir) as w:

@@ -9,6 +9,7 @@ docs/benchmarks.md unchanged.
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import math
@@ -380,3 +381,14 @@ class CpuLimit:
                 return
             except OSError:
                 time.sleep(0.1)
+
+
+def messages_parser(doc: str | None, *, rate: int) -> argparse.ArgumentParser:
+    """The arguments of the benchmarks that run harness.e2e: how long and how fast the producer
+    sends, how many rounds in one world, where to keep the logs."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long the producer sends")
+    parser.add_argument("--rate", type=int, default=rate, help="messages a second")
+    parser.add_argument("--rounds", type=int, default=1, help="runs in the same world, one after the other")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")
+    return parser

@@ -90,31 +90,22 @@ class BrokerAdmin:
         fields = {"consumerGroup": group, "commitOffset": offset}
         response = await self._ask(RequestCode.UPDATE_CONSUMER_OFFSET, queue, fields)
         if response.code != ResponseCode.SUCCESS:
-            raise self._refused(RequestCode.UPDATE_CONSUMER_OFFSET, queue, response)
+            code = RequestCode.UPDATE_CONSUMER_OFFSET
+            raise self._refused(code, queue.address, _queue_name(queue), response)
 
     async def unlock(self, address: str, group: str, client_id: str, queues: Sequence[BrokerQueue]) -> None:
         """Release the broker locks ``client_id`` holds on ``queues`` (of the broker at ``address``)
         for ``group``: ``UNLOCK_BATCH_MQ``, which an orderly consumer sends for itself when it
         lets go of a queue; the broker drops only locks held by that client."""
-        body = {
-            "consumerGroup": group,
-            "clientId": client_id,
-            "onlyThisBroker": False,
-            "mqSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in queues],
-        }
-        command = replace(request(RequestCode.UNLOCK_BATCH_MQ, next(_opaque)), body=json.dumps(body).encode())
+        command = batch_request(RequestCode.UNLOCK_BATCH_MQ, next(_opaque), group, client_id, queues)
         response = await self._send(RequestCode.UNLOCK_BATCH_MQ, address, command)
         if response.code != ResponseCode.SUCCESS:
-            remark = (response.remark or "")[:300]
-            raise AdminError(
-                f"broker {address} refused UNLOCK_BATCH_MQ of group {group}: "
-                f"code {response.code}: {remark or '(no remark)'}"
-            )
+            raise self._refused(RequestCode.UNLOCK_BATCH_MQ, address, f"group {group}", response)
 
     async def _offset(self, code: RequestCode, queue: QueueRef, fields: Mapping[str, object]) -> int:
         response = await self._ask(code, queue, fields)
         if response.code != ResponseCode.SUCCESS:
-            raise self._refused(code, queue, response)
+            raise self._refused(code, queue.address, _queue_name(queue), response)
         return self._read_offset(code, queue, response)
 
     async def _ask(self, code: RequestCode, queue: QueueRef, fields: Mapping[str, object]) -> RemotingCommand:
@@ -144,9 +135,27 @@ class BrokerAdmin:
         return offset
 
     @staticmethod
-    def _refused(code: RequestCode, queue: QueueRef, response: RemotingCommand) -> AdminError:
+    def _refused(code: RequestCode, address: str, subject: str, response: RemotingCommand) -> AdminError:
         remark = (response.remark or "")[:300]
         return AdminError(
-            f"broker {queue.address} refused {code.name} of {queue.topic}:{queue.queue_id}: "
+            f"broker {address} refused {code.name} of {subject}: "
             f"code {response.code}: {remark or '(no remark)'}"
         )
+
+
+def _queue_name(queue: QueueRef) -> str:
+    return f"{queue.topic}:{queue.queue_id}"
+
+
+def batch_request(
+    code: RequestCode, opaque: int, group: str, client_id: str, queues: Sequence[BrokerQueue]
+) -> RemotingCommand:
+    """A LOCK_BATCH_MQ or UNLOCK_BATCH_MQ request: both bodies name the group, the client and the
+    queues (LockBatchRequestBody, UnlockBatchRequestBody)."""
+    body = {
+        "consumerGroup": group,
+        "clientId": client_id,
+        "onlyThisBroker": False,
+        "mqSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in queues],
+    }
+    return replace(request(code, opaque), body=json.dumps(body).encode())

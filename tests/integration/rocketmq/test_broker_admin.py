@@ -6,18 +6,16 @@ client's queue locks released on its behalf, as an orderly consumer's own LOCK_B
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from dataclasses import replace
 
 import pytest
 
 from harness import polling
 from harness.rocketmq.server import RocketMQ
 from mqbalance.model import MessageQueue
-from mqbalance.rocketmq.admin import AdminError, BrokerAdmin, BrokerQueue, QueueRef
+from mqbalance.rocketmq.admin import AdminError, BrokerAdmin, BrokerQueue, QueueRef, batch_request
 from mqbalance.rocketmq.nameserver import invoke
-from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, parse_fastjson, request
+from mqbalance.rocketmq.remoting import RequestCode, ResponseCode, parse_fastjson
 from tests.integration.rocketmq.test_lag_offsets import consume, consumer_progress, mq  # noqa: F401 (fixture)
 
 
@@ -102,13 +100,7 @@ def test_a_broker_that_does_not_answer_is_an_admin_error() -> None:
 
 def lock(address: str, group: str, client_id: str, queues: list[BrokerQueue]) -> set[int]:
     """LOCK_BATCH_MQ as an orderly consumer sends it (RebalanceImpl.lockAll): the queue ids locked."""
-    body = {
-        "consumerGroup": group,
-        "clientId": client_id,
-        "onlyThisBroker": False,
-        "mqSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in queues],
-    }
-    command = replace(request(RequestCode.LOCK_BATCH_MQ, 1), body=json.dumps(body).encode())
+    command = batch_request(RequestCode.LOCK_BATCH_MQ, 1, group, client_id, queues)
     response = asyncio.run(invoke(address, command, polling.scaled(5)))
     assert response.code == ResponseCode.SUCCESS, response.remark
     return {int(q["queueId"]) for q in parse_fastjson(response.body).get("lockOKMQSet") or []}

@@ -71,18 +71,7 @@ public class SidecarClient {
      * grant counts from just before the request was sent ({@link QueuesView#grantValid()}).
      */
     public QueuesView queues(String group) throws SidecarException {
-        String path = "/v1/queues" + groupQuery(group, '?');
-        char sep = group == null ? '?' : '&';
-        try {
-            long sentNanos = System.nanoTime();
-            return QueuesView.fromJson(get(path + clientQuery(sep), requestTimeout), sentNanos);
-        } catch (SidecarException e) {
-            if (!clientRefused(e)) {
-                throw e;
-            }
-            long sentNanos = System.nanoTime();
-            return QueuesView.fromJson(get(path, requestTimeout), sentNanos);
-        }
+        return queuesView("/v1/queues" + groupQuery(group, '?'), group == null ? '?' : '&', requestTimeout);
     }
 
     /**
@@ -93,15 +82,23 @@ public class SidecarClient {
     public QueuesView waitForChange(String group, long after, Duration timeout) throws SidecarException {
         long seconds = Math.max(1, timeout.getSeconds());
         String path = "/v1/queues?after=" + after + "&timeout=" + seconds + groupQuery(group, '&');
+        return queuesView(path, '&', timeout.plus(requestTimeout));
+    }
+
+    /**
+     * {@code GET path}, with {@code ?client=} (after {@code sep}) while the sidecar takes it; the
+     * answer's grant counts from just before the request that answered was sent.
+     */
+    private QueuesView queuesView(String path, char sep, Duration timeout) throws SidecarException {
         try {
             long sentNanos = System.nanoTime();
-            return QueuesView.fromJson(get(path + clientQuery('&'), timeout.plus(requestTimeout)), sentNanos);
+            return QueuesView.fromJson(get(path + clientQuery(sep), timeout), sentNanos);
         } catch (SidecarException e) {
             if (!clientRefused(e)) {
                 throw e;
             }
             long sentNanos = System.nanoTime();
-            return QueuesView.fromJson(get(path, timeout.plus(requestTimeout)), sentNanos);
+            return QueuesView.fromJson(get(path, timeout), sentNanos);
         }
     }
 
