@@ -182,6 +182,7 @@ bench: venv control-plane rocketmq
 	$(BIN)/python bench/bench_rocketmq_start.py --rounds 3
 	$(BIN)/python bench/bench_e2e_messages.py --seconds 90 --rate 200
 	$(BIN)/python bench/bench_orderly_failover.py
+	$(BIN)/python bench/bench_crash_failover.py
 
 bench-node: venv node images
 	$(BIN)/python bench/bench_real_pods.py

@@ -383,11 +383,11 @@ class CpuLimit:
                 time.sleep(0.1)
 
 
-def messages_parser(doc: str | None, *, rate: int) -> argparse.ArgumentParser:
+def messages_parser(doc: str | None, *, rate: int, seconds: float = 60.0) -> argparse.ArgumentParser:
     """The arguments of the benchmarks that run harness.e2e: how long and how fast the producer
     sends, how many rounds in one world, where to keep the logs."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long the producer sends")
+    parser.add_argument("--seconds", type=float, default=seconds, help="how long the producer sends")
     parser.add_argument("--rate", type=int, default=rate, help="messages a second")
     parser.add_argument("--rounds", type=int, default=1, help="runs in the same world, one after the other")
     parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")

@@ -336,6 +336,14 @@ class Variant(abc.ABC):
     @abc.abstractmethod
     def stop_all(self) -> None: ...
 
+    crash_restart_seconds: ClassVar[float] = 5.0
+    """How long after a ``crash`` the member's container is started again (its JVM then starts)."""
+
+    def crash(self, i: int) -> None:
+        """SIGKILL member ``i``'s consumer; the kubelet starts its container again
+        ``crash_restart_seconds`` later (the pod, for mqbalance, stays)."""
+        raise NotImplementedError(f"{self.name} has no crash")
+
 
 class RocketMQVariant(Variant):
     """Plain push consumers: RocketMQ's own client-side rebalance, AVG."""
@@ -363,6 +371,11 @@ class RocketMQVariant(Variant):
 
     def leave(self, i: int) -> None:
         self.members.pop(i).terminate()
+
+    def crash(self, i: int) -> None:
+        self.kill(i)
+        time.sleep(self.crash_restart_seconds)
+        self.join(i)
 
     def stop_all(self) -> None:
         for i in list(self.members):
@@ -443,6 +456,34 @@ class MqbalanceVariant(Variant):
         kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, False)
         pod.sidecar.stop()
         kubelet.delete_pod(self.world.api, NAMESPACE, pod.name, wait=False)
+
+    kubelet_notices_crash: ClassVar[bool] = True
+    """Whether the pod turns NotReady ``kubelet_notice_seconds`` after a ``crash`` (False: the
+    kubelet is slow to notice, and only the sidecar sees the consumer go)."""
+
+    def crash(self, i: int) -> None:
+        """The consumer container crashes (SIGKILL) and is started again, in the same pod with the same
+        sidecar: NotReady once the kubelet notices, Ready again once the new JVM has started."""
+        pod = self.pods[i]
+        self.killed_at[pod.name] = time.time()
+        pod.consumer.kill()
+        self.killed.add(pod.name)
+        restart_at = time.monotonic() + self.crash_restart_seconds
+        if self.kubelet_notices_crash:
+            time.sleep(self.kubelet_notice_seconds)
+            kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, False)
+        time.sleep(max(0.0, restart_at - time.monotonic()))
+        consumer = self.world.consumer(
+            self.group,
+            pod.name,
+            "mqbalance",
+            f"http://127.0.0.1:{pod.sidecar.port}",
+            self.listener,
+            self.language(i),
+        )
+        consumer.start()
+        kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, True)
+        self.pods[i] = _Pod(pod.name, pod.sidecar, consumer)
 
     def leave(self, i: int) -> None:
         # A deleted pod is terminating at once (the operator drops it) and gets SIGTERM.
@@ -579,6 +620,14 @@ class MixedRocketMQVariant(RocketMQVariant):
         return "go" if i % 2 else "java"
 
 
+class MqbalanceUnnoticedCrashVariant(MqbalanceHandoverVariant):
+    """As ``mqbalance-handover``, on a kubelet that does not notice a crashed consumer container before
+    it runs again (its pod stays Ready): only the sidecar, whose connections from it close, sees it go."""
+
+    name = "mqbalance-handover-unnoticed"
+    kubelet_notices_crash = False
+
+
 class MixedHandoverVariant(MqbalanceHandoverVariant):
     """The same mixed group through the sidecars with spec.handover Release: Java members through
     SidecarPushConsumer, Go members through clients/go's PushConsumer."""
@@ -598,6 +647,7 @@ VARIANTS: dict[str, type[Variant]] = {
         RocketMQOrderlyVariant,
         MqbalanceOrderlyVariant,
         MqbalanceOrderlyLeaseVariant,
+        MqbalanceUnnoticedCrashVariant,
         MixedRocketMQVariant,
         MixedHandoverVariant,
     )
@@ -612,7 +662,8 @@ class Step:
     at: float
     """Fraction of the sending time."""
     action: str
-    """join, kill or leave; freeze (SIGSTOP) or thaw (SIGCONT) a member's consumer, pause or resume
+    """join, kill or leave; crash (SIGKILL, the container started again) a member's consumer; freeze
+    (SIGSTOP) or thaw (SIGCONT) a member's consumer, pause or resume
     the group, mark a time and reset the group's offsets to it (mqbalance variants; ``member``
     unused by the last four)."""
     member: int

@@ -36,7 +36,7 @@ from aiohttp.typedefs import Middleware
 
 from mqbalance.listener_limits import Limits, add_arguments, limits_from, parse_hosts
 
-__all__ = ["Limits", "Site", "add_arguments", "limits_from", "parse_hosts", "runner", "serve"]
+__all__ = ["Limits", "Site", "add_arguments", "limits_from", "on_close", "parse_hosts", "runner", "serve"]
 
 log = logging.getLogger("mqbalance.listener")
 
@@ -64,6 +64,9 @@ class _Connection(asyncio.Protocol):
         """Bytes received since the last request began: one still being read, or one aiohttp refused."""
         self.deadline = 0.0
         """While no request is in progress: when the listener's sweep closes the connection."""
+        self.peer_eof = False
+        self.watchers: dict[object, Callable[[bool], None]] = {}
+        """Called once the connection closes (:func:`on_close`), by key."""
 
     # -- asyncio.Protocol: to aiohttp, with the deadlines kept on the way --------------------
 
@@ -86,6 +89,7 @@ class _Connection(asyncio.Protocol):
         self.handler.data_received(data)
 
     def eof_received(self) -> None:
+        self.peer_eof = True
         if self.admitted:
             self.handler.eof_received()  # None: the transport closes
 
@@ -103,6 +107,13 @@ class _Connection(asyncio.Protocol):
             self.handler.connection_lost(exc)
             if self.unconsumed:
                 GARBAGE.add(self.unconsumed)
+        watchers, self.watchers = self.watchers, {}
+        by_peer = self.peer_eof or exc is not None
+        for callback in watchers.values():
+            try:
+                callback(by_peer)
+            except Exception:
+                log.exception("a connection's close callback failed")
 
     # -- the request's life, told by the middleware ------------------------------------------
 
@@ -244,6 +255,18 @@ def json_error(status: int, message: str) -> web.Response:
     response = web.json_response({"error": message, "status": status}, status=status)
     response.force_close()
     return response
+
+
+def on_close(request: web.Request, key: object, callback: Callable[[bool], None]) -> bool:
+    """Call ``callback(by_peer)`` once, when the connection ``request`` came on closes: ``by_peer``
+    when the client closed it or reset it (its process exited or died: the kernel closes a dead
+    process's sockets), not when the listener did (idle, evicted, refused, stopping). One callback
+    per ``key`` and connection; False when the connection is already closed (or not this listener's)."""
+    conn = request.app[TABLE].open.get(request.protocol) if TABLE in request.app else None
+    if conn is None:
+        return False
+    conn.watchers.setdefault(key, callback)
+    return True
 
 
 def _middleware(table: _Table) -> Middleware:

@@ -7,6 +7,8 @@ the pod's application says it holds no queue outside a generation's share for it
 
     {"generation": 12}               # holds nothing outside generation 12's share
     {"generation": 12, "all": true}  # holds nothing at all, and will take nothing (shutting down)
+    {"generation": 12, "all": true, "absent": true}  # as "all", written by the sidecar itself: the
+                                     # application's connection closed (it crashed or stopped)
 
 An acknowledgement of generation N releases every queue revoked from the pod in N or before;
 with ``all``, also those revoked in N + 1 (they were the pod's share of N, which it let go of: a
@@ -15,6 +17,13 @@ shutting-down application races the revocation its pod's termination causes).
 revocation first (a clean shutdown hands over in one step); it covers nothing granted after
 it, so an application that restarts and takes queues again must acknowledge anew (it should
 acknowledge the generation it first reads anyway: it then holds nothing).
+
+``absent`` is the sidecar's own word, not the application's (handover Release only): every
+application of the pod that named its RocketMQ client (``?client=``) closed its connections to the
+sidecar, as a broker notices a consumer's closed channel. The sidecar serves the pod nothing more
+of generation N (nor of any later one while the application stays away), so the operator takes the
+pod out of the group at once and gives its queues on in one step; an ``absent`` older than the
+latest generation is stale, and the sidecar tells it again with each generation while it lasts.
 """
 
 from __future__ import annotations
@@ -37,11 +46,16 @@ class Ack:
     generation: int
     all: bool = False
     """The pod holds nothing and will take nothing: everything revoked from it is released."""
+    absent: bool = False
+    """The pod's application is gone (its connections to the sidecar closed): not a member while
+    this is the latest generation's acknowledgement."""
 
     def encode(self) -> str:
         data: dict[str, Any] = {"generation": self.generation}
         if self.all:
             data["all"] = True
+        if self.absent:
+            data["absent"] = True
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -55,5 +69,6 @@ def decode_acks(data: Mapping[str, Any] | None) -> dict[str, Ack]:
         except (TypeError, ValueError, KeyError):
             continue
         if isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0:
-            acks[str(pod)] = Ack(generation, value.get("all") is True)
+            absent = value.get("absent") is True
+            acks[str(pod)] = Ack(generation, value.get("all") is True or absent, absent)
     return acks

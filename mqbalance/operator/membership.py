@@ -18,6 +18,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from mqbalance.contract import Ack
 from mqbalance.contract.names import INJECTION_LABEL, SIDECAR_CONTAINER, SIDECAR_GROUP_ANNOTATION
 from mqbalance.model import UNKNOWN_ZONE
 from mqbalance.operator.leases import MemberLeases
@@ -56,6 +57,9 @@ class PodInfo:
     settling: bool = False
     """Ready for less than the group's minReadySeconds (set by :func:`settling` for one reconcile,
     never by the informer): not given queues yet."""
+    application_gone: bool = False
+    """Its sidecar said its application went away (an ``absent`` acknowledgement of the latest
+    generation; set by :func:`application_gone` for one reconcile, never by the informer)."""
 
     @property
     def serving(self) -> bool:
@@ -68,6 +72,7 @@ class PodInfo:
             and not self.lease_lapsed
             and not self.sidecar_missing
             and not self.settling
+            and not self.application_gone
         )
 
 
@@ -221,6 +226,27 @@ def lease_lapsed(pods: Iterable[PodInfo], leases: MemberLeases, lease: float) ->
         if pod.serving and leases.lapsed(pod.name, lease):
             message = f"its sidecar has not renewed its member Lease for leaseSeconds ({lease:g}s)"
             pod = replace(pod, lease_lapsed=True, reason=LEASE_LAPSED, message=message)
+        out.append(pod)
+    return out
+
+
+APPLICATION_GONE = "ApplicationGone"
+
+
+def application_gone(pods: Iterable[PodInfo], acks: Mapping[str, Ack], latest: int) -> list[PodInfo]:
+    """``pods``, with those that would serve but whose sidecar said their application went away
+    (an ``absent`` acknowledgement of generation ``latest``, the one published) marked not serving:
+    like a RocketMQ broker that saw a consumer's channel close, the group goes on without it at once.
+    It is counted in again once its sidecar serves a later generation and its application is back."""
+    out = []
+    for pod in pods:
+        ack = acks.get(pod.name)
+        if pod.serving and ack is not None and ack.absent and ack.generation >= latest:
+            message = (
+                f"its application's connections to the sidecar closed at generation {ack.generation} "
+                "(it exited or crashed); counted in again when it connects"
+            )
+            pod = replace(pod, application_gone=True, reason=APPLICATION_GONE, message=message)
         out.append(pod)
     return out
 

@@ -58,7 +58,7 @@ from mqbalance.operator.handover import Step, step, with_releasing
 from mqbalance.operator.invalid import TopicNotFound, check_group_bounds, invalid_outcome, subscribed_routes
 from mqbalance.operator.leases import MemberLeases
 from mqbalance.operator.load_balance import balance_by_load
-from mqbalance.operator.membership import lease_lapsed, members, settling
+from mqbalance.operator.membership import application_gone, lease_lapsed, members, settling
 from mqbalance.operator.observation import Interest, LockRelease, Note, Observed, Outcome
 from mqbalance.operator.spec import GroupSpec, parse_group, subscribed_topics, unknown_config_queues
 from mqbalance.operator.status import flapping, group_status, history_entry, int_field, with_lag
@@ -94,6 +94,11 @@ def _decide(obs: Observed) -> Outcome:
         # revoked as if it had left, long before its pod turns NotReady.
         obs = replace(obs, pods=lease_lapsed(obs.pods, leases, spec.handover.lease))
         lapsed = tuple(p.name for p in obs.pods if p.lease_lapsed and spec.selector.matches(p.labels))
+    if spec.handover.mode is HandoverMode.RELEASE:
+        # A member whose application's connections to its sidecar closed consumes nothing: the group
+        # goes on without it at once (its "all" acknowledgement lets its queues go in one step).
+        latest = obs.previous.generation if obs.previous else 0
+        obs = replace(obs, pods=application_gone(obs.pods, obs.acks, latest))
     # A pod Ready for less than minReadySeconds (longer after restarts) is not given queues yet:
     # its share stays with the stable members, and the group is reconciled again when it is due.
     pods, ready_due = settling(obs.pods, spec.min_ready_seconds, obs.now)

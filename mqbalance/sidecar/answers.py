@@ -34,6 +34,8 @@ class Served:
     """``GET /v1/assignment``: the whole document."""
     fenced_body: bytes = b""
     """``GET /v1/queues`` while fenced (documents with lease terms only): no queues."""
+    absent_body: bytes = b""
+    """``GET /v1/queues`` after the pod's application went away (handover Release): no queues."""
 
     @property
     def generation(self) -> int:
@@ -80,6 +82,12 @@ def fenced_view(view: dict[str, Any]) -> dict[str, Any]:
         "fenced": True,
         "grant": {"validForMs": 0},
     }
+
+
+def absent_view(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` (a :func:`member_view`) once the pod's application went away (``presence.py``): no
+    queues of this generation, whoever asks."""
+    return {**fenced_view(view), "absent": True}
 
 
 def _queue_lists(queues: Iterable[MessageQueue]) -> dict[str, list[dict[str, Any]]]:

@@ -86,6 +86,8 @@ def create_app(
     app.on_shutdown.append(_stop_waiting)
     if source is not None:
         app.cleanup_ctx.append(_run_source(source))
+    if recorder is not None:
+        app.cleanup_ctx.append(_run_teller(recorder))
     return app
 
 
@@ -103,6 +105,42 @@ def _run_source(source: AssignmentSource) -> Callable[[web.Application], AsyncIt
         await asyncio.gather(task, return_exceptions=True)
 
     return ctx
+
+
+def _run_teller(recorder: AckRecorder) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(tell_operator(app[STATE], recorder), name="absence-teller")
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    return ctx
+
+
+RETELL_SECONDS = 1.0
+"""Wait before recording again an acknowledgement the API server refused."""
+
+
+async def tell_operator(state: SidecarState, recorder: AckRecorder) -> None:
+    """Record the acknowledgements the sidecar owes the operator (an application gone, or back), the
+    newest per group, retrying until the API server takes them; until cancelled."""
+    failing = False
+    while True:
+        await state.told_changed.wait()
+        state.told_changed.clear()
+        while state.told:
+            group, ack = next(iter(state.told.items()))
+            try:
+                await recorder.record(group, ack)
+            except Exception as e:  # any failure: the operator must hear of it, so try again
+                if not failing:
+                    log.warning("group %s: could not record %s for the operator, retrying: %s", group, ack, e)
+                failing = True
+                await asyncio.sleep(RETELL_SECONDS)
+                continue
+            failing = False
+            if state.told.get(group) == ack:
+                del state.told[group]
 
 
 def create_metrics_app(state: SidecarState) -> web.Application:

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mqbalance.contract import Ack, HandoverMode, releases_configmap_name
+from mqbalance.contract import HandoverMode, releases_configmap_name
 from mqbalance.kube import ApiError as KubeApiError
 from mqbalance.model import MessageQueue
 from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector
@@ -182,7 +182,7 @@ async def release(request: web.Request) -> web.Response:
             f"generation {generation} is not served yet (this sidecar serves {served.generation}); "
             "release only what you have read",
         )
-    ack = Ack(generation, bool(body.get("all")))
+    ack = group.ack_for(generation, bool(body.get("all")))
     group.acked = ack
     answer: dict[str, Any] = {"group": group.resource, "generation": generation, "all": ack.all}
     recorder = request.app[RECORDER]

@@ -122,6 +122,17 @@ class SidecarMetrics:
             ["group"],
             registry=r,
         )
+        self.application_gone = Counter(
+            f"{PREFIX}_application_gone",
+            "Times every application of the pod that named its RocketMQ client closed its connections "
+            "to the sidecar (it exited or crashed): its queues were given on at once.",
+            registry=r,
+        )
+        self.connected_clients = Gauge(
+            f"{PREFIX}_connected_clients",
+            "RocketMQ clients of the pod's applications with a connection open to the sidecar now.",
+            registry=r,
+        )
         self.lease_renewals = Counter(
             f"{PREFIX}_lease_renewals",
             "Member Lease renewals, by result (ok, failed).",

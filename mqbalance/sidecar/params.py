@@ -12,9 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from mqbalance.contract.names import MAX_CLIENT_ID, valid_client_id
+from mqbalance.listener import on_close
 from mqbalance.sidecar.answers import RouteEntry, Served
 from mqbalance.sidecar.errors import ApiError
-from mqbalance.sidecar.keys import CONFIG, STATE
+from mqbalance.sidecar.keys import CONFIG, RECORDER, STATE
 from mqbalance.sidecar.state import GroupState, SidecarState
 
 DEFAULT_WAIT = 30.0
@@ -106,7 +107,7 @@ async def group_served(request: web.Request) -> tuple[GroupState, Served]:
                     f"client must be a RocketMQ client id (printable, no spaces, 1 to {MAX_CLIENT_ID} "
                     f"characters), got {shown(client_id)!r}",
                 )
-            request.app[STATE].saw_client(client_id)
+            _note_client(request, client_id)
     group = group_of(request)
     poll = long_poll(request)
     served = group.served if poll is None else await group.wait_change(*poll)
@@ -117,6 +118,22 @@ async def group_served(request: web.Request) -> tuple[GroupState, Served]:
             "(is the operator running and the ConfigMap published?)",
         )
     return group, served
+
+
+def _note_client(request: web.Request, client_id: str) -> None:
+    """Keep the client id (for the member Lease) and, where acknowledgements are recorded, watch its
+    connection: once every named client closed its connections the pod's application is gone."""
+    state = request.app[STATE]
+    state.saw_client(client_id)
+    if request.app[RECORDER] is None:
+        return  # an assignment from a file: no operator to tell of an absence
+    connection = request.protocol
+
+    def closed(by_peer: bool) -> None:
+        state.client_closed(client_id, connection, by_peer)
+
+    if on_close(request, ("client", client_id), closed):
+        state.client_connected(client_id, connection)
 
 
 async def json_body(request: web.Request, fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:

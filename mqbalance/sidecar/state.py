@@ -2,7 +2,9 @@
 
 Sources (API watches, mounted files, tests) write here; HTTP handlers read. The answers are
 encoded on arrival (``answers.py``); how long this pod may serve them is its grant
-(``grant.py``): past it a group is fenced and serves no queues.
+(``grant.py``): past it a group is fenced and serves no queues. Once the pod's application went
+away (``presence.py``) a group with handover Release serves it none of the generation then served, and
+tells the operator (an ``absent`` acknowledgement), which gives its queues on at once.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Any
 from mqbalance.contract import MAX_MEMBER_CLIENTS, Ack, AssignmentDocument, HandoverMode, LeaseTerms
 from mqbalance.model import MessageQueue, TopicRoute
 from mqbalance.producer import QueueSelector
-from mqbalance.sidecar.answers import RouteEntry, Served, dumps, fenced_view, member_view
+from mqbalance.sidecar.answers import RouteEntry, Served, absent_view, dumps, fenced_view, member_view
 from mqbalance.sidecar.grant import Grant, Monotonic
 from mqbalance.sidecar.metrics import SidecarMetrics
+from mqbalance.sidecar.presence import Presence
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ class GroupState:
         metrics: SidecarMetrics,
         clock: WallClock,
         grant: Grant | None = None,
+        presence: Presence | None = None,
+        tell: Callable[[str, Ack], None] | None = None,
     ) -> None:
         self.resource = resource
         self.grant = grant if grant is not None else Grant()
@@ -51,6 +56,14 @@ class GroupState:
         self.acked: Ack | None = None
         """The last release acknowledgement this pod's application gave for the group."""
         self._stopping = False
+        self._presence = presence
+        self._tell = tell
+        """Queues an acknowledgement for the operator (None: nobody records them; no absence then)."""
+        self.absent_through: int | None = None
+        """Since the pod's application went away: the latest generation that gave it something;
+        none of its queues are served up to that generation, even after the application is back."""
+        self._absence_told = False
+        """An absent acknowledgement was queued: the operator must hear of the return too."""
 
     def publish(self, doc: AssignmentDocument) -> bool:
         """Serve ``doc``; False when it is what is already served (a relist replays it)."""
@@ -69,7 +82,9 @@ class GroupState:
             queues_body=dumps(view),
             assignment_body=doc.encode().encode(),
             fenced_body=dumps(fenced_view(view)) if doc.lease is not None else b"",
+            absent_body=dumps(absent_view(view)) if doc.handover is HandoverMode.RELEASE else b"",
         )
+        self._after_absence(doc.generation)
         self._record(current.document if current is not None else None, doc, now)
         self.grant.changed.set()
         self._fenced = self.fenced()
@@ -96,6 +111,8 @@ class GroupState:
 
     def queues_body(self, served: Served) -> bytes:
         """``GET /v1/queues`` now: the encoded view with the grant's state spliced in."""
+        if self.withholds(served.generation):
+            return served.absent_body
         remaining = self.grant.remaining(served.document.lease)
         if remaining is None:
             return served.queues_body
@@ -103,6 +120,74 @@ class GroupState:
             return served.fenced_body
         valid_ms = int(remaining * 1000)
         return served.queues_body[:-1] + b',"fenced":false,"grant":{"validForMs":%d}}' % valid_ms
+
+    # -- the application gone (presence.py) ---------------------------------------------------
+
+    def withholds(self, generation: int) -> bool:
+        """Whether ``generation``'s queues are kept from this pod: its application went away while
+        it was served (or an earlier one)."""
+        return self.absent_through is not None and generation <= self.absent_through
+
+    def _gives_member(self, doc: AssignmentDocument) -> bool:
+        return self.member in doc.members or bool(doc.releasing_of(self.member))
+
+    def went_away(self) -> None:
+        """The pod's application is gone: serve it nothing of the generation served now, and tell the
+        operator (all released, absent), again with each new generation while it stays away, so that
+        the operator keeps it out. Handover Release only: without a handover there is nobody to tell,
+        and an orderly consumer that merely lost its connection may still be processing a batch under
+        the broker's lock, so its queues wait for the lock, as with RocketMQ's own rebalance. A pod
+        the generation gives nothing, and that was not told gone yet, is no member to take out."""
+        served = self.served
+        if self._tell is None or served is None or served.document.handover is not HandoverMode.RELEASE:
+            return
+        gives = self._gives_member(served.document)
+        if not gives and not self._absence_told:
+            return
+        if gives:
+            log.warning(
+                "group %s: the application's connections closed (it exited or crashed): serving it nothing "
+                "of generation %d, its queues go on to others",
+                self.resource,
+                served.generation,
+            )
+            self.absent_through = served.generation
+        self._absence_told = True
+        self._tell(self.resource, Ack(served.generation, all=True, absent=True))
+        self._wake()
+
+    def came_back(self) -> None:
+        """An application of the pod connected again. A generation that still gives the pod queues
+        stays withheld (the operator may be giving them on): the next one, computed with the absence
+        known, is served; one that gives it nothing is served at once."""
+        served = self.served
+        if not self._absence_told or served is None or self.withholds(served.generation):
+            return
+        self._returned(served.generation)
+
+    def _after_absence(self, generation: int) -> None:
+        """A new generation is served: still withheld while the application is away, else served."""
+        if self._presence is not None and self._presence.absent:
+            self.went_away()
+        elif self._absence_told and not self.withholds(generation):
+            self._returned(generation)
+
+    def _returned(self, generation: int) -> None:
+        log.info("group %s: the application is back: serving generation %d", self.resource, generation)
+        self.absent_through = None
+        # Replaces the absent acknowledgement: the operator counts the pod in again.
+        if self._tell is not None:
+            self._tell(self.resource, Ack(generation))
+        self._absence_told = False
+        self._wake()
+
+    def ack_for(self, generation: int, everything: bool) -> Ack:
+        """What a release of ``generation`` records: while that generation is withheld, the absent
+        acknowledgement again (the pod holds nothing of it), so that a returning application's
+        release does not hide its absence from the operator before the next generation."""
+        if self.absent_through is not None and self.withholds(generation):
+            return Ack(self.absent_through, all=True, absent=True)
+        return Ack(generation, everything)
 
     def check_fence(self) -> bool:
         """Note a change of the fence (metric, log, long-polls woken); whether it changed."""
@@ -130,6 +215,7 @@ class GroupState:
         if self.served is not None:
             log.warning("group %s: assignment withdrawn (ConfigMap deleted)", self.resource)
             self.served = None
+            self.absent_through, self._absence_told = None, False  # a group made again counts anew
             self._metrics.owned_queues.labels(self.resource).set(0)
             self._wake()
 
@@ -144,12 +230,13 @@ class GroupState:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         fenced = self._fenced
+        withheld = self.absent_through
         while True:
             served = self.served
             if (served is not None and served.generation != after) or self._stopping:
                 return served
-            if self._fenced != fenced:  # fenced, or serving again: the view changed
-                return served
+            if self._fenced != fenced or self.absent_through != withheld:
+                return served  # fenced or withheld, or serving again: the view changed
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return served
@@ -229,7 +316,14 @@ class SidecarState:
         self.metrics = metrics if metrics is not None else SidecarMetrics()
         self.selector = selector
         self.grant = Grant(monotonic)
-        self.groups = {g: GroupState(g, member, self.metrics, clock, self.grant) for g in groups}
+        self.presence = Presence()
+        self.told: dict[str, Ack] = {}
+        """Acknowledgements the sidecar itself owes the operator (an absence, a return), by group."""
+        self.told_changed = asyncio.Event()
+        self.groups = {
+            g: GroupState(g, member, self.metrics, clock, self.grant, self.presence, self._tell)
+            for g in groups
+        }
         if not self.groups:
             raise ValueError("a sidecar serves at least one group")
         self.default_group = next(iter(self.groups))
@@ -251,6 +345,26 @@ class SidecarState:
         self.clients[client_id] = None
         while len(self.clients) > MAX_MEMBER_CLIENTS:
             del self.clients[next(iter(self.clients))]
+
+    def _tell(self, group: str, ack: Ack) -> None:
+        self.told[group] = ack  # only the newest matters
+        self.told_changed.set()
+
+    def client_connected(self, client_id: str, connection: object) -> None:
+        """A request naming ``client_id`` came on ``connection`` (kept until :meth:`client_closed`)."""
+        returned = self.presence.connected(client_id, connection)
+        self.metrics.connected_clients.set(self.presence.clients())
+        if returned:
+            for group in self.groups.values():
+                group.came_back()
+
+    def client_closed(self, client_id: str, connection: object, by_peer: bool) -> None:
+        gone = self.presence.closed(client_id, connection, by_peer)
+        self.metrics.connected_clients.set(self.presence.clients())
+        if gone:
+            self.metrics.application_gone.inc()
+            for group in self.groups.values():
+                group.went_away()
 
     # -- assignments -------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import pytest
 from harness.e2e import (
     NAMESPACE,
     MqbalanceOrderlyLeaseVariant,
+    MqbalanceUnnoticedCrashVariant,
     Step,
     World,
     consumed_records,
@@ -128,6 +129,43 @@ def test_an_orderly_member_that_dies_is_replaced_in_seconds_not_at_its_broker_lo
     assert max(waits.values()) < 30, waits
     assert operator.metric("mqbalance_broker_unlocked_queues_total", result="released") >= len(waits)
     assert_nothing_overridden(e2e_world, group)
+
+
+def test_a_consumer_that_crashes_is_replaced_as_its_sidecar_sees_it_go_and_then_counted_in_again(
+    e2e_world: World,
+) -> None:
+    """A consumer JVM SIGKILLed in a pod that stays Ready (its kubelet has not noticed) and started
+    again 5 s later: its connections to the sidecar close, the sidecar withholds its queues and tells
+    the operator, which gives them on at once. Without that nothing would move them: the pod is Ready
+    and its Lease renewed, so they would wait for the restarted JVM. Once it runs again it is given
+    queues again (handover Release, RocketMQ's own Java client)."""
+    script = (Step(0.3, "crash", 1),)
+    variant = MqbalanceUnnoticedCrashVariant
+    [score] = run(e2e_world, [variant.name], seconds=30, rate=50, keys=16, script=script, tag="crash")
+    assert score.lost == 0, f"lost {score.lost} of {score.produced} messages"
+    assert score.duplicates == score.duplicates_after_kill, "only what the killed JVM had not committed"
+    assert not consumer_problems(score), "\n".join(consumer_problems(score))
+    group = f"e2e-crash-{variant.name}"
+    crashed = f"{group}-1"
+    killed_at = score.killed_at[crashed]
+    waits = failover_waits(e2e_world.workdir, group, crashed, killed_at)
+    print(f"crash, s from the SIGKILL to the next consumption elsewhere: {waits}")
+    assert waits, "the member consumed nothing before it crashed"
+    restarted_ms = (killed_at + variant.crash_restart_seconds) * 1000
+    again = [
+        r[0] for r in consumed_records(e2e_world.workdir, group) if r[6] == crashed and r[0] > restarted_ms
+    ]
+    assert again, "the restarted consumer was not given queues again"
+    # Consumed elsewhere before the restarted JVM consumed anything: the crash moved them, not the restart.
+    assert all(killed_at + w < min(again) / 1000 for w in waits.values()), (
+        waits,
+        min(again) / 1000 - killed_at,
+    )
+    assert_nothing_overridden(e2e_world, group)
+    # Out once, in once: an absence the operator took for stale would count it in and out again and again.
+    status = e2e_world.group_status(group)
+    flapping = {c["type"]: c for c in status.get("conditions") or []}.get("Flapping") or {}
+    assert flapping.get("status") != "True", (flapping, status.get("history"))
 
 
 def test_an_orderly_member_only_frozen_keeps_its_queues_and_its_locks(e2e_world: World) -> None:

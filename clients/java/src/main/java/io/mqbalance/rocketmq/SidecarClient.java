@@ -27,6 +27,14 @@ public class SidecarClient {
      */
     public static final String URL_ENV = "MQBALANCE_URL";
 
+    /**
+     * How much longer than its own timeout a long-poll may take before this client gives up on it.
+     * The sidecar answers a long-poll at its timeout; a client that gives up closes the connection,
+     * which the sidecar takes for the application gone (its queues go on at once), so only a sidecar
+     * hung for minutes is given up on here (a JVM paused past a short timeout must not look gone).
+     */
+    static final Duration LONG_POLL_GRACE = Duration.ofMinutes(5);
+
     private final URI base;
     private final HttpClient http;
     private final Duration requestTimeout;
@@ -82,7 +90,7 @@ public class SidecarClient {
     public QueuesView waitForChange(String group, long after, Duration timeout) throws SidecarException {
         long seconds = Math.max(1, timeout.getSeconds());
         String path = "/v1/queues?after=" + after + "&timeout=" + seconds + groupQuery(group, '&');
-        return queuesView(path, '&', timeout.plus(requestTimeout));
+        return queuesView(path, '&', timeout.plus(LONG_POLL_GRACE));
     }
 
     /**

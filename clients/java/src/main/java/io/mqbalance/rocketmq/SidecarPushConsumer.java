@@ -24,6 +24,7 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.impl.MQClientManager;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.impl.consumer.RebalanceImpl;
+import org.apache.rocketmq.client.impl.consumer.RebalanceService;
 import org.apache.rocketmq.client.impl.factory.MQClientInstance;
 import org.apache.rocketmq.common.message.MessageQueue;
 
@@ -107,6 +108,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
     public static SidecarPushConsumer install(DefaultMQPushConsumer consumer, SidecarClient sidecar,
         String sidecarGroup) {
         requireClientRebalance(consumer);
+        shortenRebalanceInterval();
         SidecarWatcher watcher = new SidecarWatcher(sidecar, sidecarGroup);
         SidecarPushConsumer support = new SidecarPushConsumer(consumer, watcher);
         consumer.setAllocateMessageQueueStrategy(support.strategy);
@@ -322,6 +324,44 @@ public final class SidecarPushConsumer implements AutoCloseable {
                 triggerRebalance(); // given back meanwhile: take it again now
             }
         }
+    }
+
+    /** The shortest time between two rebalances of a client that this helper leaves RocketMQ (ms). */
+    static final long REBALANCE_MIN_INTERVAL_MS = 100;
+    static final String REBALANCE_MIN_INTERVAL_PROPERTY = "rocketmq.client.rebalance.minInterval";
+
+    /**
+     * RocketMQ 5.x runs a client's rebalance at most once a second ({@code
+     * rocketmq.client.rebalance.minInterval}, 1000 ms): a wake-up within a second of the last
+     * rebalance waits out the rest. The broker's own notification of a member joining or leaving
+     * wakes the client first, a few milliseconds before the operator's generation arrives, so the
+     * generation was applied up to a second late. Unless the property is set, the helper makes the
+     * interval {@link #REBALANCE_MIN_INTERVAL_MS} (for every client of the JVM: the field is static;
+     * an orderly queue whose broker lock is still held is then retried every 0.1 s instead of every
+     * second). RocketMQ 4.x has no such interval.
+     */
+    static void shortenRebalanceInterval() {
+        if (System.getProperty(REBALANCE_MIN_INTERVAL_PROPERTY) != null) {
+            return; // the application chose
+        }
+        try {
+            java.lang.reflect.Field field = rebalanceIntervalField();
+            if (field.getLong(null) > REBALANCE_MIN_INTERVAL_MS) {
+                field.setLong(null, REBALANCE_MIN_INTERVAL_MS);
+            }
+        } catch (NoSuchFieldException e) {
+            // RocketMQ 4.x: every wake-up rebalances at once
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LOG.log(Level.WARNING, "cannot shorten RocketMQ's rebalance interval (set -D"
+                + REBALANCE_MIN_INTERVAL_PROPERTY + "=" + REBALANCE_MIN_INTERVAL_MS + "): {0}", e.toString());
+        }
+    }
+
+    /** RocketMQ 5.x's {@code RebalanceService.minInterval}; NoSuchFieldException on 4.x. */
+    static java.lang.reflect.Field rebalanceIntervalField() throws NoSuchFieldException {
+        java.lang.reflect.Field field = RebalanceService.class.getDeclaredField("minInterval");
+        field.setAccessible(true);
+        return field;
     }
 
     private void triggerRebalance() {

@@ -18,6 +18,12 @@ import java.util.function.Consumer;
  * long-poll is renewed well within the grant, so a sidecar that renews its Lease keeps the grant
  * fresh here; {@link #grantValid()} and {@link #awaitGrant} tell the consumers whether they may
  * hand a batch to the application.
+ *
+ * <p>With a grant, a request that could not reach the sidecar (a connection refused, reset or
+ * timed out) suspends the grant until an answer to a request sent after it arrives: the sidecar
+ * takes a closed connection for this application gone (docs/sidecar.md, "An application that
+ * crashes") and lets its queues go at once, so a consumer that merely lost its connection must not
+ * go on consuming them meanwhile.
  */
 public final class SidecarWatcher implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(SidecarWatcher.class.getName());
@@ -33,6 +39,8 @@ public final class SidecarWatcher implements AutoCloseable {
     private final Object grantMonitor = new Object();
     private final Object refreshLock = new Object();
     private volatile long refreshedAt;
+    /** {@link System#nanoTime} of the last request that could not reach the sidecar; 0: none since an answer. */
+    private volatile long cutOffAt;
 
     /** {@code group} may be null when the sidecar serves one group only. */
     public SidecarWatcher(SidecarClient client, String group) {
@@ -64,7 +72,7 @@ public final class SidecarWatcher implements AutoCloseable {
      */
     public boolean grantValid() {
         QueuesView view = current;
-        return view != null && view.grantValid();
+        return view != null && view.grantValid() && !(view.hasGrant() && cutOffAt != 0);
     }
 
     /**
@@ -115,7 +123,7 @@ public final class SidecarWatcher implements AutoCloseable {
             try {
                 accept(client.queues(group));
             } catch (SidecarException e) {
-                lastError = e;
+                failed(e);
             }
         });
     }
@@ -131,7 +139,7 @@ public final class SidecarWatcher implements AutoCloseable {
             try {
                 accept(client.queues(group));
             } catch (SidecarException e) {
-                lastError = e;
+                failed(e);
             }
         }
     }
@@ -166,7 +174,7 @@ public final class SidecarWatcher implements AutoCloseable {
         try {
             accept(client.queues(group));
         } catch (SidecarException e) {
-            lastError = e;
+            failed(e);
             LOG.log(Level.WARNING, "sidecar has no answer yet: {0}", e.getMessage());
         }
         return current;
@@ -189,7 +197,7 @@ public final class SidecarWatcher implements AutoCloseable {
                 backoffMs = 200;
                 accept(next);
             } catch (SidecarException e) {
-                lastError = e;
+                failed(e);
                 if (closed) {
                     return;
                 }
@@ -212,6 +220,15 @@ public final class SidecarWatcher implements AutoCloseable {
                     return;
                 }
             }
+        }
+    }
+
+    /** Keep {@code e}; one that did not reach the sidecar suspends the grant (see the class comment). */
+    private void failed(SidecarException e) {
+        lastError = e;
+        if (e.status() == 0) {
+            cutOffAt = System.nanoTime() | 1L; // never 0, which means "none"
+            wakeGrantWaiters();
         }
     }
 
@@ -238,6 +255,10 @@ public final class SidecarWatcher implements AutoCloseable {
      * grant kept meanwhile is the sidecar's own, counted from its request's send.
      */
     synchronized void accept(QueuesView next) {
+        long cut = cutOffAt;
+        if (cut != 0 && next.sentNanos() - cut > 0) {
+            cutOffAt = 0; // asked for after the failure: the sidecar knows of this application again
+        }
         QueuesView view = current;
         if (view != null && next.sentNanos() - view.sentNanos() < 0) {
             return; // asked for before the answer kept (a refresh raced the long-poll)

@@ -1,0 +1,55 @@
+package io.mqbalance.rocketmq;
+
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The watcher suspends a grant the moment it cannot reach the sidecar (the sidecar takes a closed
+ * connection for the application gone and lets its queues go), and only an answer to a request sent
+ * after the failure resumes it. Needs no harness: a fake sidecar.
+ */
+class SidecarWatcherTest {
+    private static final String VIEW = "{\"group\":\"orders\",\"member\":\"pod-0\",\"isMember\":true,\"generation\":1,"
+        + "\"queues\":{\"orders\":[{\"brokerName\":\"broker-a\",\"queueId\":0}]},"
+        + "\"fenced\":false,\"grant\":{\"validForMs\":60000}}";
+
+    private static void await(BooleanSupplier condition, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() - deadline > 0) {
+                throw new AssertionError("timed out waiting until " + what);
+            }
+            Thread.sleep(5);
+        }
+    }
+
+    @Test
+    void aGrantIsSuspendedWhenTheSidecarCannotBeReachedAndResumedOnlyByAnAnswerAskedForAfter() throws Exception {
+        FakeSidecar sidecar = new FakeSidecar("orders", "pod-0");
+        sidecar.serve(1, List.of(new MessageQueue("orders", "broker-a", 0)));
+        sidecar.grant(60_000);
+        SidecarWatcher watcher = new SidecarWatcher(sidecar.client(), null).start();
+        try {
+            await(watcher::grantValid, "the first answer grants 60 s");
+            long before = System.nanoTime();
+            sidecar.close(); // its connections close, the next requests are refused
+            await(() -> !watcher.grantValid(), "the grant is suspended");
+            assertTrue(watcher.current().grantValid(), "though the answer kept has 60 s left");
+
+            Map<String, Object> doc = Json.parseObject(VIEW);
+            watcher.accept(QueuesView.fromJson(doc, before));
+            assertFalse(watcher.grantValid(), "an answer asked for before the failure does not resume it");
+            watcher.accept(QueuesView.fromJson(doc, System.nanoTime()));
+            assertTrue(watcher.grantValid(), "one asked for after it does");
+        } finally {
+            watcher.close();
+        }
+    }
+}
