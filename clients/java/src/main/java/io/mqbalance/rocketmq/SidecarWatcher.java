@@ -19,11 +19,11 @@ import java.util.function.Consumer;
  * fresh here; {@link #grantValid()} and {@link #awaitGrant} tell the consumers whether they may
  * hand a batch to the application.
  *
- * <p>With a grant, a request that could not reach the sidecar (a connection refused, reset or
- * timed out) suspends the grant until an answer to a request sent after it arrives: the sidecar
- * takes a closed connection for this application gone (docs/sidecar.md, "An application that
- * crashes") and lets its queues go at once, so a consumer that merely lost its connection must not
- * go on consuming them meanwhile.
+ * <p>With a grant, a request cut off on its way (its connection reset, closed or timed out) suspends
+ * the grant until an answer to a request sent after it arrives: the sidecar takes a connection
+ * closed by this side for this application gone (docs/sidecar.md, "An application that crashes")
+ * and lets its queues go at once, so a consumer that merely lost its connection must not go on
+ * consuming them meanwhile. A connection refused does not: no sidecar listened, none saw it close.
  */
 public final class SidecarWatcher implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(SidecarWatcher.class.getName());
@@ -223,10 +223,10 @@ public final class SidecarWatcher implements AutoCloseable {
         }
     }
 
-    /** Keep {@code e}; one that did not reach the sidecar suspends the grant (see the class comment). */
+    /** Keep {@code e}; a request cut off on its way suspends the grant (see the class comment). */
     private void failed(SidecarException e) {
         lastError = e;
-        if (e.status() == 0) {
+        if (e.status() == 0 && !(e.getCause() instanceof java.net.ConnectException)) {
             cutOffAt = System.nanoTime() | 1L; // never 0, which means "none"
             wakeGrantWaiters();
         }

@@ -11,9 +11,10 @@ import org.apache.rocketmq.common.message.MessageQueue;
 import org.junit.jupiter.api.Test;
 
 /**
- * The watcher suspends a grant the moment it cannot reach the sidecar (the sidecar takes a closed
- * connection for the application gone and lets its queues go), and only an answer to a request sent
- * after the failure resumes it. Needs no harness: a fake sidecar.
+ * The watcher suspends a grant the moment a request to the sidecar is cut off (the sidecar takes a
+ * connection the client closed for the application gone and lets its queues go), and only an answer to
+ * a request sent after the failure resumes it; a refused connection suspends nothing. Needs no
+ * harness: a fake sidecar.
  */
 class SidecarWatcherTest {
     private static final String VIEW = "{\"group\":\"orders\",\"member\":\"pod-0\",\"isMember\":true,\"generation\":1,"
@@ -39,7 +40,8 @@ class SidecarWatcherTest {
         try {
             await(watcher::grantValid, "the first answer grants 60 s");
             long before = System.nanoTime();
-            sidecar.close(); // its connections close, the next requests are refused
+            sidecar.delay(5_000); // past the client's 2 s: the request is cut off, its connection closed
+            watcher.announceClient("10.0.0.1@1"); // asks the sidecar at once
             await(() -> !watcher.grantValid(), "the grant is suspended");
             assertTrue(watcher.current().grantValid(), "though the answer kept has 60 s left");
 
@@ -50,6 +52,18 @@ class SidecarWatcherTest {
             assertTrue(watcher.grantValid(), "one asked for after it does");
         } finally {
             watcher.close();
+            sidecar.close();
         }
+    }
+
+    @Test
+    void aSidecarThatRefusesConnectionsSuspendsNothing() throws Exception {
+        SidecarWatcher watcher = new SidecarWatcher(new SidecarClient("http://127.0.0.1:9"), null);
+        watcher.accept(QueuesView.fromJson(Json.parseObject(VIEW), System.nanoTime()));
+        assertTrue(watcher.grantValid());
+        watcher.currentOrFetch(); // answered by the view kept, no request
+        watcher.announceClient("10.0.0.1@1"); // refused: no sidecar saw a connection close
+        await(() -> watcher.lastError() != null, "the refused request");
+        assertTrue(watcher.grantValid(), "a refused connection is no reason to stop: the grant decides");
     }
 }

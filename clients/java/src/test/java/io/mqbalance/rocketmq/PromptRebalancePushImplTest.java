@@ -1,0 +1,32 @@
+package io.mqbalance.rocketmq;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+
+import java.util.List;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.impl.consumer.RebalancePushImpl;
+import org.junit.jupiter.api.Test;
+
+/**
+ * On RocketMQ 5.x the push helper puts its rebalance in place of the consumer's own (once), so a
+ * queue gained under a handover is pulled at once rather than 500 ms later; 4.x pulls at once and
+ * keeps its own. Needs no harness (the consumer is not started).
+ */
+class PromptRebalancePushImplTest {
+    @Test
+    void theConsumersRebalanceIsReplacedOnceWhereRocketMQDelaysTheFirstPull() {
+        boolean delays;
+        try {
+            RebalancePushImpl.class.getMethod("dispatchPullRequest", List.class, long.class);
+            delays = true;
+        } catch (NoSuchMethodException e) {
+            delays = false;
+        }
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("orders-consumer");
+        assertEquals(delays, PromptRebalancePushImpl.install(consumer, () -> true));
+        assertEquals(delays,
+            consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl() instanceof PromptRebalancePushImpl);
+        assertFalse(PromptRebalancePushImpl.install(consumer, () -> true), "replaced once");
+    }
+}
