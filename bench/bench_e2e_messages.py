@@ -9,7 +9,8 @@ own rebalance, mqbalance in one step, mqbalance with the handover (Release), and
 (RocketMQ's rebalance with orderly consumers, mqbalance with the Orderly handover). Prints, per
 variant: messages lost, duplicates (of rebalances between live members, and after the SIGKILL),
 the longest time a queue went unconsumed, per-key order violations, how long the group took to
-catch up after the producer stopped; and for the mqbalance variants what the handover costs: how
+catch up after the producer stopped, the time from each message's send to its first consumption
+(median, p99, max); and for the mqbalance variants what the handover costs: how
 long each queue that moved between live members went unconsumed (from the generation that took
 it from its old owner to the first consumption by its new owner), beside the one-step path's.
 ``--rounds`` repeats the run in the same world, each round with consumer groups of its own.
@@ -28,6 +29,7 @@ from bench.common import machine, messages_parser, table
 from harness.e2e import SCRIPT, VARIANTS, Score, run, world
 
 ONE_STEP = "mqbalance"
+DEFAULT_VARIANTS = ("rocketmq", ONE_STEP, "mqbalance-handover", "rocketmq-orderly", "mqbalance-orderly")
 
 
 def _f(x: float, digits: int = 2) -> str:
@@ -47,6 +49,7 @@ def scores_table(scores: list[Score]) -> str:
             "on queue, from s",
             "order violations",
             "caught up s after stop",
+            "send to first consumption, median / p99 / max ms",
         ],
         [
             (
@@ -60,6 +63,7 @@ def scores_table(scores: list[Score]) -> str:
                 f"{s.gap_queue}, {_f(s.gap_at_s, 1)}",
                 s.order_violations,
                 _f(s.drained_s, 1),
+                " / ".join(_f(ms, 0) for ms in s.latency_ms),
             )
             for s in scores
         ],
@@ -104,7 +108,11 @@ def cost_table(scores: list[Score]) -> str:
 def main() -> int:
     parser = messages_parser(__doc__, rate=200)
     parser.add_argument("--keys", type=int, default=64)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"any of {', '.join(VARIANTS)} (default: the five of docs/benchmarks.md, section 6)",
+    )
     args = parser.parse_args()
     print(machine())
     lost = False

@@ -42,6 +42,7 @@ import abc
 import contextlib
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -706,6 +707,8 @@ class Score:
     """Queue (``broker:id``) -> the longest time it went without a consumption while messages came."""
     killed_at: dict[str, float] = field(default_factory=dict)
     """Member -> when (unix time) it was SIGKILLed."""
+    latency_ms: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    """From each message's send to its first consumption: median, p99 and max, milliseconds."""
 
     def idle_queues(self, seconds: float) -> list[str]:
         """The queues that went unconsumed for longer than ``seconds`` at some point of the run."""
@@ -836,11 +839,15 @@ def journal_owners(journal: Iterable[JournalRecord], group: str, topic: str) -> 
     return {q: frozenset(m) for q, m in owners.items()}
 
 
-def _read_produced(path: Path) -> dict[tuple[str, int, int], tuple[str, int]]:
+Produced = dict[tuple[str, int, int], tuple[str, int, int]]
+"""(broker, queue, offset) -> (key, seq, when it was sent, unix ms)."""
+
+
+def _read_produced(path: Path) -> Produced:
     out = {}
     for line in path.read_text().splitlines():
-        broker, queue, offset, key, seq = line.split("\t")
-        out[(broker, int(queue), int(offset))] = (key, int(seq))
+        broker, queue, offset, key, seq, sent_ms = line.split("\t")
+        out[(broker, int(queue), int(offset))] = (key, int(seq), int(sent_ms))
     return out
 
 
@@ -882,7 +889,7 @@ def consumed_records(workdir: Path, group: str) -> list[Record]:
 
 def score_variant(
     name: str,
-    produced: dict[tuple[str, int, int], tuple[str, int]],
+    produced: Produced,
     records: Sequence[Record],
     started_epoch_ms: float,
     killed: Collection[str] = (),
@@ -923,6 +930,7 @@ def score_variant(
         first_at.setdefault((broker, queue, offset), at)
     for (broker, queue, _), at in first_at.items():
         by_queue[(broker, queue)].append(at)
+    latencies = sorted(at - produced[ident][2] for ident, at in first_at.items())
     longest, where, gap_at = 0.0, "-", float("nan")
     queue_gaps: dict[str, float] = {}
     for queue_id, times in by_queue.items():
@@ -952,4 +960,16 @@ def score_variant(
         produced_queues=frozenset(f"{broker}:{queue}" for broker, queue, _ in produced),
         consumers={q: frozenset(members) for q, members in consumers.items()},
         queue_gaps=queue_gaps,
+        latency_ms=_quantiles(latencies),
     )
+
+
+def _quantiles(values: Sequence[int]) -> tuple[float, float, float]:
+    """Median, 99th percentile and maximum of sorted ``values`` (nearest rank); NaNs when empty."""
+    if not values:
+        return (math.nan, math.nan, math.nan)
+
+    def rank(p: float) -> float:
+        return float(values[min(len(values) - 1, math.ceil(p * len(values)) - 1)])
+
+    return (rank(0.5), rank(0.99), float(values[-1]))

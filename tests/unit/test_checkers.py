@@ -321,8 +321,8 @@ def test_an_unexpected_error_line_is_caught_even_if_it_mentions_the_outage() -> 
 
 
 def e2e_score(records: list[Record], journal: list[JournalRecord] | None) -> Score:
-    produced = {(r[1], r[2], r[3]): (r[4], r[5]) for r in records}
-    produced[("broker-a", 3, 0)] = ("k", 9)  # every queue got a message
+    produced = {(r[1], r[2], r[3]): (r[4], r[5], 0) for r in records}
+    produced[("broker-a", 3, 0)] = ("k", 9, 0)  # every queue got a message
     score = score_variant("mqbalance" if journal is not None else "rocketmq", produced, records, 0.0)
     if journal is not None:
         score.owners = journal_owners(journal, GROUP, "orders")

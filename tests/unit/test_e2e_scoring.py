@@ -11,10 +11,10 @@ START_MS = 1_000_000.0
 
 def test_lost_duplicates_order_and_gap() -> None:
     produced = {
-        ("broker-a", 0, 0): ("k1", 0),
-        ("broker-a", 0, 1): ("k1", 1),
-        ("broker-a", 0, 2): ("k1", 2),
-        ("broker-b", 1, 0): ("k2", 0),
+        ("broker-a", 0, 0): ("k1", 0, 1_000_000),
+        ("broker-a", 0, 1): ("k1", 1, 1_000_010),
+        ("broker-a", 0, 2): ("k1", 2, 1_000_020),
+        ("broker-b", 1, 0): ("k2", 0, 1_000_030),
     }
     records: list[Record] = [
         (1_000_100, "broker-a", 0, 0, "k1", 0, "c0"),
@@ -30,10 +30,12 @@ def test_lost_duplicates_order_and_gap() -> None:
     assert score.gap_queue == "broker-a:0"
     assert score.gap_at_s == pytest.approx(0.2)
     assert score.consumed == 4
+    # From each send to the first consumption: 100, 3,190 and 180 ms (the lost one has none).
+    assert score.latency_ms == (180.0, 3190.0, 3190.0)
 
 
 def test_nothing_wrong() -> None:
-    produced = {("b", 0, i): ("k", i) for i in range(3)}
+    produced = {("b", 0, i): ("k", i, 1_000_000) for i in range(3)}
     records: list[Record] = [(1_000_000 + 10 * i, "b", 0, i, "k", i, "c") for i in range(3)]
     score = score_variant("x", produced, records, START_MS)
     assert (score.lost, score.duplicates, score.order_violations) == (0, 0, 0)
@@ -41,7 +43,7 @@ def test_nothing_wrong() -> None:
 
 
 def test_only_this_runs_messages_count_and_duplicates_after_a_kill_are_told_apart() -> None:
-    produced = {("b", 0, i): ("k", i) for i in range(10, 14)}
+    produced = {("b", 0, i): ("k", i, 1_000_000) for i in range(10, 14)}
     records: list[Record] = [
         (1_000_000, "b", 0, 3, "k", 40, "c0"),  # an earlier run's message: ignored
         (1_000_010, "b", 0, 10, "k", 0, "c0"),

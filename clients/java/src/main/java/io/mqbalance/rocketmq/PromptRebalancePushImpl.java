@@ -37,7 +37,8 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
 
     /**
      * Put this rebalance in place of {@code consumer}'s own (not yet started: {@code start()} fills
-     * in its group, subscriptions and client instance); false when it cannot be, or need not be (4.x).
+     * in its group, strategy and client instance; the subscriptions made so far are carried over);
+     * false when it cannot be, or need not be (4.x).
      */
     static boolean install(DefaultMQPushConsumer consumer, BooleanSupplier prompt) {
         try {
@@ -49,10 +50,14 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
         try {
             Field field = DefaultMQPushConsumerImpl.class.getDeclaredField("rebalanceImpl");
             field.setAccessible(true);
-            if (field.get(impl).getClass() != RebalancePushImpl.class) {
+            Object own = field.get(impl);
+            if (own.getClass() != RebalancePushImpl.class) {
                 return false; // replaced already, by us or by the application
             }
-            field.set(impl, new PromptRebalancePushImpl(impl, prompt));
+            PromptRebalancePushImpl replacement = new PromptRebalancePushImpl(impl, prompt);
+            // subscribe() before start() writes into the rebalance itself; start() sets the rest.
+            replacement.getSubscriptionInner().putAll(((RebalancePushImpl) own).getSubscriptionInner());
+            field.set(impl, replacement);
             return true;
         } catch (ReflectiveOperationException | RuntimeException e) {
             LOG.log(Level.WARNING, "cannot send a gained queue's first pull at once (RocketMQ waits 500 ms): {0}",

@@ -15,7 +15,7 @@ import org.junit.jupiter.api.Test;
  */
 class PromptRebalancePushImplTest {
     @Test
-    void theConsumersRebalanceIsReplacedOnceWhereRocketMQDelaysTheFirstPull() {
+    void theConsumersRebalanceIsReplacedOnceWhereRocketMQDelaysTheFirstPull() throws Exception {
         boolean delays;
         try {
             RebalancePushImpl.class.getMethod("dispatchPullRequest", List.class, long.class);
@@ -24,7 +24,11 @@ class PromptRebalancePushImplTest {
             delays = false;
         }
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("orders-consumer");
+        consumer.subscribe("orders", "*"); // before install, as applications do
         assertEquals(delays, PromptRebalancePushImpl.install(consumer, () -> true));
+        assertEquals(java.util.Set.of("orders"),
+            consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getSubscriptionInner().keySet(),
+            "the subscription made before install is kept");
         assertEquals(delays,
             consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl() instanceof PromptRebalancePushImpl);
         assertFalse(PromptRebalancePushImpl.install(consumer, () -> true), "replaced once");

@@ -61,6 +61,7 @@ public final class E2eProducer {
                 int k = (int) (sent % keys);
                 String key = "key-" + k;
                 Message msg = new Message(topic, null, key, (key + ":" + seq[k]).getBytes(StandardCharsets.UTF_8));
+                long sentMs = System.currentTimeMillis();
                 SendResult result;
                 try {
                     result = producer.send(msg, (List<MessageQueue> mqs, Message m, Object arg) ->
@@ -76,7 +77,7 @@ public final class E2eProducer {
                 }
                 MessageQueue mq = result.getMessageQueue();
                 out.write(mq.getBrokerName() + "\t" + mq.getQueueId() + "\t" + result.getQueueOffset() + "\t" + key
-                    + "\t" + seq[k] + "\n");
+                    + "\t" + seq[k] + "\t" + sentMs + "\n");
                 seq[k]++;
                 sent++;
                 if (sent % 100 == 0) {
