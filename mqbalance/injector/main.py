@@ -221,7 +221,8 @@ async def keep_current(
         due = (certs.next_renewal(served) - dt.datetime.now(dt.UTC)).total_seconds()
         wait = min(keeper.config.check_interval, max(due, 0.0)) if backoff == 1.0 else backoff
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=wait)
+            async with asyncio.timeout(wait):
+                await stop.wait()
         if stop.is_set():
             return
         try:
@@ -231,7 +232,8 @@ async def keep_current(
             if bundle.ca_cert != served.ca_cert and certs.not_after(served.cert) > dt.datetime.now(dt.UTC):
                 # API servers read webhook configurations from a watch: give them time to see the new CA.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=ca_propagation)
+                    async with asyncio.timeout(ca_propagation):
+                        await stop.wait()
             if bundle.cert != served.cert:
                 context.load_cert_chain(*write_files(bundle, directory))
                 log.info("serving the certificate valid until %s", certs.not_after(bundle.cert).isoformat())
@@ -264,7 +266,8 @@ async def serve(config: InjectorConfig) -> int:
                 except ApiError as e:
                     log.warning("could not prepare the certificates (retrying in 2 s): %s", e)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=2)
+                        async with asyncio.timeout(2):
+                            await stop.wait()
                     if stop.is_set():
                         return 0
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

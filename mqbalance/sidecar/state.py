@@ -243,7 +243,8 @@ class GroupState:
             self.waiting += 1
             self._metrics.long_polls.labels(self.resource).inc()
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 return self.served
             finally:
@@ -408,9 +409,12 @@ class SidecarState:
             grant.changed.clear()
             self.check_fences()
             left = [r for g in self.groups.values() if (r := g.remaining())]
+            # A hair past the expiry, so the check after the wait sees it expired. asyncio.timeout,
+            # not wait_for: on Python 3.11 wait_for drops a cancellation that meets the wake-up, and
+            # this loop would then outlive the sidecar's shutdown.
             with contextlib.suppress(TimeoutError):
-                # A hair past the expiry, so the check after the wait sees it expired.
-                await asyncio.wait_for(grant.changed.wait(), min(left) + 0.001 if left else None)
+                async with asyncio.timeout(min(left) + 0.001 if left else None):
+                    await grant.changed.wait()
 
     def missing_groups(self) -> list[str]:
         return [g for g, s in self.groups.items() if s.served is None]

@@ -305,3 +305,24 @@ async def test_the_clients_the_applications_named_are_written_to_the_member_leas
     assert await member.renew_once(state, 20.0, 5.0)  # renewed in place, the annotation updated
     named = member_clients(kube.lease["metadata"]["annotations"])
     assert named == tuple(f"10.0.0.2@{i}" for i in range(MAX_MEMBER_CLIENTS))
+
+
+@pytest.mark.parametrize("steps", range(6))
+async def test_the_fence_watcher_stops_when_cancelled_even_as_the_grant_changes(steps: int) -> None:
+    """The sidecar's shutdown cancels the fence watcher and waits for it. A cancellation that arrives
+    while a renewal (or a new generation) is waking the watcher must still end it: Python 3.11's
+    ``asyncio.wait_for`` returned the finished wait instead, the loop went on and the sidecar never
+    exited on SIGTERM. ``steps`` places the cancellation at each point of the wake-up."""
+    state = new_state(FakeClock(500.0))
+    state.publish(GROUP, leased(3))
+    state.confirm_contact(500.0)  # the grant lasts: the watcher waits with a timeout
+    watcher = asyncio.create_task(state.watch_fences())
+    for _ in range(3):
+        await asyncio.sleep(0)  # waiting for the grant to change
+    state.grant.confirm(500.0)
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    watcher.cancel()
+    done, _ = await asyncio.wait({watcher}, timeout=5)
+    assert done, f"the fence watcher ran on after it was cancelled {steps} loop steps into its wake-up"
+    assert watcher.cancelled()
