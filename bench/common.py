@@ -16,6 +16,8 @@ import math
 import os
 import platform
 import ssl
+import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +29,7 @@ from urllib.parse import quote, urlencode
 
 from harness import polling
 from harness.apps.sidecar import SidecarProcess
+from harness.e2e import Score, Step, failover_waits, run, world
 from harness.kube.api import ApiError, KubeApi
 from harness.kube.cluster import LocalCluster
 
@@ -392,3 +395,58 @@ def messages_parser(doc: str | None, *, rate: int, seconds: float = 60.0) -> arg
     parser.add_argument("--rounds", type=int, default=1, help="runs in the same world, one after the other")
     parser.add_argument("--workdir", type=Path, default=None, help="keep every log and record here")
     return parser
+
+
+def failover_rounds(
+    args: argparse.Namespace,
+    variants: Sequence[str],
+    base: str,
+    action: str,
+    extra: Sequence[tuple[str, Callable[[Score], object]]] = (),
+) -> int:
+    """The failover benches' rounds: in one world, per round, every variant's member 1 consumes, then
+    ``action`` (``kill`` or ``crash``) strikes it in every group at once; per variant a table row
+    with the seconds from the SIGKILL to the next consumption elsewhere of each queue it had
+    consumed (their median against ``base``'s), what was lost, and the ``extra`` columns (a header
+    and a figure of the variant's score). Exit status 1 when a round lost a message."""
+    member, who = 1, {"kill": "killed", "crash": "crashed"}[action]
+    print(machine())
+    lost = False
+    with world(args.workdir) as w:
+        for n in range(1, args.rounds + 1):
+            load = os.getloadavg()[0]
+            tag = f"{action}{n}"
+            script = (Step(0.25, "consuming", member), Step(0.3, action, member))
+            scores = run(w, variants, seconds=args.seconds, rate=args.rate, keys=16, script=script, tag=tag)
+            lost = lost or any(s.lost for s in scores)
+            waits: dict[str, list[float]] = {}
+            for s in scores:
+                dead, killed_at = next(iter(s.killed_at.items()))
+                group = f"e2e-{tag}-{s.variant}"
+                waits[s.variant] = sorted(failover_waits(w.workdir, group, dead, killed_at).values())
+            medians = {v: statistics.median(ws) if ws else math.nan for v, ws in waits.items()}
+            print(f"\nround {n}: load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+            headers = [
+                "variant",
+                f"queues of the {who} member",
+                "kill to next consumption elsewhere, median s",
+                "max s",
+                f"median vs {base}",
+                "lost",
+                *(header for header, _ in extra),
+            ]
+            rows = [
+                (
+                    s.variant,
+                    len(waits[s.variant]),
+                    f"{medians[s.variant]:.2f}",
+                    f"{max(waits[s.variant]):.2f}" if waits[s.variant] else "-",
+                    f"{medians[s.variant] / medians[base]:.2f}x",
+                    s.lost,
+                    *(figure(s) for _, figure in extra),
+                )
+                for s in scores
+            ]
+            print(table(headers, rows))
+            sys.stdout.flush()
+    return 1 if lost else 0

@@ -313,6 +313,8 @@ class Variant(abc.ABC):
         self.left: dict[str, float] = {}
         """Consumer names that left the group cleanly while the script ran (not at the end), and
         when (unix time) their leaving began."""
+        self.started_at: dict[str, float] = {}
+        """When (unix time) each member's consumer was last started (joined, or restarted after a crash)."""
 
     @abc.abstractmethod
     def member(self, i: int) -> str:
@@ -336,6 +338,19 @@ class Variant(abc.ABC):
 
     @abc.abstractmethod
     def stop_all(self) -> None: ...
+
+    def consuming(self, i: int) -> None:
+        """Wait until member ``i``'s consumer, as last started, has consumed a message: a step that
+        acts on a consuming member (kill, freeze) or on its return after a crash must follow the
+        event, not a guess at how long a JVM takes to start and get queues on a busy machine."""
+        name = self.member(i)
+        since_ms = self.started_at[name] * 1000
+
+        def consumed() -> bool:
+            records = consumed_records(self.world.workdir, self.group)
+            return any(r[6] == name and r[0] >= since_ms for r in records)
+
+        polling.wait_for(f"{name} of {self.group} to consume a message", consumed, 60, 0.2, E2eError)
 
     crash_restart_seconds: ClassVar[float] = 5.0
     """How long after a ``crash`` the member's container is started again (its JVM then starts)."""
@@ -362,6 +377,7 @@ class RocketMQVariant(Variant):
         program = self.world.consumer(
             self.group, self.member(i), "rocketmq", listener=self.listener, language=self.language(i)
         )
+        self.started_at[self.member(i)] = time.time()
         program.start()
         self.members[i] = program
 
@@ -439,6 +455,7 @@ class MqbalanceVariant(Variant):
         consumer = self.world.consumer(
             self.group, name, "mqbalance", f"http://127.0.0.1:{sidecar.port}", self.listener, self.language(i)
         )
+        self.started_at[name] = time.time()
         try:
             consumer.start()
         except BaseException:
@@ -482,6 +499,7 @@ class MqbalanceVariant(Variant):
             self.listener,
             self.language(i),
         )
+        self.started_at[pod.name] = time.time()
         consumer.start()
         kubelet.set_pod_ready(self.world.api, NAMESPACE, pod.name, True)
         self.pods[i] = _Pod(pod.name, pod.sidecar, consumer)
@@ -664,7 +682,8 @@ class Step:
     """Fraction of the sending time."""
     action: str
     """join, kill or leave; crash (SIGKILL, the container started again) a member's consumer; freeze
-    (SIGSTOP) or thaw (SIGCONT) a member's consumer, pause or resume
+    (SIGSTOP) or thaw (SIGCONT) a member's consumer; consuming: wait until a member's consumer, as last
+    started, has consumed (later steps and the sending stretch by the wait); pause or resume
     the group, mark a time and reset the group's offsets to it (mqbalance variants; ``member``
     unused by the last four)."""
     member: int

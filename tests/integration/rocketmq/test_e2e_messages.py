@@ -110,7 +110,7 @@ def test_an_orderly_member_that_dies_is_replaced_in_seconds_not_at_its_broker_lo
     expired, 40 to 60 s after it (RocketMQ's own clients, handover Orderly)."""
     operator = e2e_world.operator
     assert operator is not None
-    script = (Step(0.3, "kill", 1),)
+    script = (Step(0.25, "consuming", 1), Step(0.3, "kill", 1))
     [score] = run(
         e2e_world, ["mqbalance-orderly-lease"], seconds=40, rate=50, keys=16, script=script, tag="failover"
     )
@@ -139,7 +139,7 @@ def test_a_consumer_that_crashes_is_replaced_as_its_sidecar_sees_it_go_and_then_
     the operator, which gives them on at once. Without that nothing would move them: the pod is Ready
     and its Lease renewed, so they would wait for the restarted JVM. Once it runs again it is given
     queues again (handover Release, RocketMQ's own Java client)."""
-    script = (Step(0.3, "crash", 1),)
+    script = (Step(0.25, "consuming", 1), Step(0.3, "crash", 1), Step(0.35, "consuming", 1))
     variant = MqbalanceUnnoticedCrashVariant
     [score] = run(e2e_world, [variant.name], seconds=30, rate=50, keys=16, script=script, tag="crash")
     assert score.lost == 0, f"lost {score.lost} of {score.produced} messages"
@@ -176,7 +176,7 @@ def test_an_orderly_member_only_frozen_keeps_its_queues_and_its_locks(e2e_world:
     operator = e2e_world.operator
     assert operator is not None
     released = operator.metric("mqbalance_broker_unlocked_queues_total", result="released")
-    script = (Step(0.3, "freeze", 1), Step(0.65, "thaw", 1))
+    script = (Step(0.25, "consuming", 1), Step(0.3, "freeze", 1), Step(0.65, "thaw", 1))
     [score] = run(
         e2e_world, ["mqbalance-orderly-lease"], seconds=40, rate=50, keys=16, script=script, tag="frozen"
     )
