@@ -611,6 +611,11 @@ class RocketMQ(Service):
             "autoCreateSubscriptionGroup": "true",
             "deleteWhen": "04",
             "diskMaxUsedSpaceRatio": "95",
+            # A test broker shares two cores with everything else a run starts; RocketMQ's production
+            # defaults shed load as "broker busy" once a send waited 200 ms for its thread or the page
+            # cache lock was held 1 s, and a test's producer fails on what is only a busy machine.
+            "waitTimeMillsInSendQueue": "10000",
+            "osPageCacheBusyTimeOutMills": "10000",
             **({"bindAddress": self.broker_host, "timerWheelEnable": "false"} if self.is_5x else {}),
             **(acl_broker_settings(self.acl, self.is_5x) if self.acl is not None else {}),
             **self.broker_config,
