@@ -75,6 +75,25 @@ class SpringHandoverTest {
             .run();
     }
 
+    /**
+     * Sends {@code MESSAGES} messages of {@code key} while the listeners wait: on a busy machine the sends
+     * can be as slow as the audit listener, which would otherwise consume each one as it arrives and
+     * leave no backlog for the move to land in.
+     */
+    private static void sendBacklog(OrderPublisher publisher, String key, String prefix, MessageQueue expected)
+            throws Exception {
+        CountDownLatch sending = new CountDownLatch(1);
+        GATE.set(sending);
+        try {
+            for (int i = 0; i < MESSAGES; i++) {
+                SendResult sent = publisher.publishInOrder(key, prefix + i);
+                assertEquals(expected, sent.getMessageQueue(), "the sidecar's hash selection");
+            }
+        } finally {
+            sending.countDown();
+        }
+    }
+
     private static MessageQueue queueOf(MessageExt m) {
         return new MessageQueue(m.getTopic(), m.getBrokerName(), m.getQueueId());
     }
@@ -156,10 +175,7 @@ class SpringHandoverTest {
                     () -> helper(p0, group).heldQueues().size() == all.size(), () -> "");
             }
             OrderPublisher publisher = p0.getBean(OrderPublisher.class);
-            for (int i = 0; i < MESSAGES; i++) {
-                SendResult sent = publisher.publishInOrder(key, "first-" + i);
-                assertEquals(moving, sent.getMessageQueue(), "the sidecar's hash selection");
-            }
+            sendBacklog(publisher, key, "first-", moving);
             HarnessEnv.await("p0 well into the backlog", Duration.ofSeconds(30),
                 () -> count(log, "p0", "orders", moving) >= 20 && count(log, "p0", "audit", moving) >= 20, () -> "");
 
@@ -198,9 +214,7 @@ class SpringHandoverTest {
 
             // p1's application closes in the middle of a second backlog (Spring's shutdown: the
             // listeners hand their queues over before RocketMQ's consumers stop), and p0 takes it back.
-            for (int i = 0; i < MESSAGES; i++) {
-                publisher.publishInOrder(key, "second-" + i);
-            }
+            sendBacklog(publisher, key, "second-", moving);
             HarnessEnv.await("p1 well into the second backlog", Duration.ofSeconds(30),
                 () -> count(log, "p1", "orders", moving) >= MESSAGES - ordersByP0 + 20
                     && count(log, "p1", "audit", moving) >= MESSAGES - auditByP0 + 20, () -> summary(log, moving));
