@@ -26,10 +26,19 @@ class Presence:
         by the client's side."""
 
     def connected(self, client: str, connection: object) -> bool:
-        """A request naming ``client`` came on ``connection``; whether the pod was absent until now."""
+        """A request naming ``client`` came on ``connection``; whether the pod is absent (then
+        :meth:`confirm`, a moment later, says whether it is back)."""
         self._open.setdefault(client, set()).add(connection)
-        returned, self.absent = self.absent, False
-        return returned
+        return self.absent
+
+    def confirm(self) -> bool:
+        """A moment after a request while absent: whether the pod is back, a connection that named a
+        client still open. A request is no return by itself: one a process sent just before it was
+        killed can be read after its other connections' closes, and its own close follows."""
+        if self.absent and self._open:
+            self.absent = False
+            return True
+        return False
 
     def closed(self, client: str, connection: object, by_peer: bool) -> bool:
         """``connection`` (which carried ``client``'s requests) closed; whether the pod is absent

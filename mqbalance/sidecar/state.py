@@ -187,6 +187,9 @@ class GroupState:
         release does not hide its absence from the operator before the next generation."""
         if self.absent_through is not None and self.withholds(generation):
             return Ack(self.absent_through, all=True, absent=True)
+        if self._absence_told and self._presence is not None and self._presence.absent:
+            # Connected again but not back yet (RETURN_CONFIRM_SECONDS): still absent for the operator.
+            return Ack(generation, all=True, absent=True)
         return Ack(generation, everything)
 
     def check_fence(self) -> bool:
@@ -300,6 +303,12 @@ def _owned(doc: AssignmentDocument, member: str) -> set[MessageQueue]:
     return {mq for queues in doc.queues_of(member).values() for mq in queues}
 
 
+RETURN_CONFIRM_SECONDS = 1.0
+"""How long a connection that named a client while the pod was absent must stay open before the
+application counts as back: a killed process's last request can be read after its other connections
+closed, and counting it in would take the pod out and in again (Flapping)."""
+
+
 class SidecarState:
     """Everything the API serves, for one pod."""
 
@@ -353,9 +362,13 @@ class SidecarState:
 
     def client_connected(self, client_id: str, connection: object) -> None:
         """A request naming ``client_id`` came on ``connection`` (kept until :meth:`client_closed`)."""
-        returned = self.presence.connected(client_id, connection)
+        absent = self.presence.connected(client_id, connection)
         self.metrics.connected_clients.set(self.presence.clients())
-        if returned:
+        if absent:
+            asyncio.get_running_loop().call_later(RETURN_CONFIRM_SECONDS, self._confirm_return)
+
+    def _confirm_return(self) -> None:
+        if self.presence.confirm():
             for group in self.groups.values():
                 group.came_back()
 

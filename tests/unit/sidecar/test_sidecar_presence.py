@@ -24,7 +24,7 @@ from mqbalance.listener import Limits, serve
 from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.app import create_app
 from mqbalance.sidecar.presence import Presence
-from mqbalance.sidecar.state import SidecarState
+from mqbalance.sidecar.state import RETURN_CONFIRM_SECONDS, SidecarState
 from tests.unit.sidecar.sidecar_support import OTHER, document, make_config
 
 GROUP = "orders"
@@ -159,6 +159,10 @@ async def test_the_generation_served_when_it_went_stays_withheld_until_the_next(
     assert answer["absent"] is True
     group = sidecar.state.groups[GROUP]
     assert group.ack_for(1, False) == Ack(1, all=True, absent=True)
+    await asyncio.sleep(RETURN_CONFIRM_SECONDS + 0.2)  # its connection lasted: back, 1 still withheld
+    assert not sidecar.state.presence.absent
+    assert (await sidecar.queues())["absent"] is True
+    assert group.ack_for(1, False) == Ack(1, all=True, absent=True)
     sidecar.state.publish(GROUP, handed(2, member=False))
     assert await sidecar.recorder.next() == Ack(2)
     answer = await sidecar.queues()
@@ -185,12 +189,14 @@ async def test_while_it_stays_away_each_new_generation_is_withheld_and_told(side
     # operator would take the older one for stale and count it in again (a member flapping in and out).
     sidecar.state.publish(GROUP, handed(3, member=False))
     assert await sidecar.recorder.next() == Ack(3, all=True, absent=True)
-    _, answer = await sidecar.ask("10.0.0.1@2")  # back, with nothing given: served at once
-    assert "absent" not in answer
+    back, _ = await sidecar.ask("10.0.0.1@2")  # back once its connection lasts; nothing given: served at once
+    assert sidecar.state.groups[GROUP].ack_for(3, False) == Ack(3, all=True, absent=True), "not back yet"
     assert await sidecar.recorder.next() == Ack(3)
+    assert "absent" not in await sidecar.queues()
     sidecar.state.publish(GROUP, handed(4))
     await asyncio.sleep(0.1)
     assert len(sidecar.recorder.acks) == 4, "present: nothing more to tell"
+    back.close()
 
 
 @pytest.mark.asyncio
@@ -224,6 +230,24 @@ async def test_an_orderly_group_withholds_nothing(sidecar: Sidecar) -> None:
     assert queue_count(await sidecar.queues()) == 2
 
 
+@pytest.mark.asyncio
+async def test_a_killed_applications_last_request_is_no_return(sidecar: Sidecar) -> None:
+    """A process killed just after it sent a request on a new connection: the sidecar may read that
+    request after its other connections' closes. It is no return (the pod would be counted in and out
+    again): its connection closes before the return is confirmed."""
+    assert sidecar.recorder is not None
+    long_poll, _ = await sidecar.ask("10.0.0.1@1")
+    long_poll.close()
+    assert await sidecar.recorder.next() == Ack(1, all=True, absent=True)
+    late, _ = await sidecar.ask("10.0.0.1@1")
+    late.close()
+    await asyncio.sleep(RETURN_CONFIRM_SECONDS + 0.3)
+    assert sidecar.state.presence.absent
+    assert len(sidecar.recorder.acks) == 1, sidecar.recorder.acks
+    assert sidecar.state.metrics.application_gone._value.get() == 1
+    assert (await sidecar.queues())["absent"] is True
+
+
 def test_presence_counts_connections_and_only_the_clients_own_closes() -> None:
     presence = Presence()
     a, b = object(), object()
@@ -236,5 +260,10 @@ def test_presence_counts_connections_and_only_the_clients_own_closes() -> None:
     presence.connected("x", a)
     assert presence.closed("x", a, by_peer=True) is True
     assert presence.closed("x", a, by_peer=True) is False, "told once"
-    assert presence.connected("x", b) is True, "back"
+    assert presence.connected("x", b) is True, "a request while absent"
+    assert presence.closed("x", b, by_peer=True) is False, "closed before its return was confirmed"
+    assert presence.confirm() is False, "still absent"
+    presence.connected("x", a)
+    assert presence.confirm() is True, "back"
     assert not presence.absent
+    assert presence.confirm() is False, "told once"
