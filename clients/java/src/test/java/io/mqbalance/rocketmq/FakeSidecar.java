@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
@@ -63,8 +64,14 @@ final class FakeSidecar implements AutoCloseable {
         server.start();
     }
 
+    /** A client with the default 2 s request timeout, stretched on a loaded machine ({@link TestEnv#scaled}). */
     SidecarClient client() {
-        return new SidecarClient("http://127.0.0.1:" + server.getAddress().getPort());
+        return client(TestEnv.scaled(Duration.ofSeconds(2)));
+    }
+
+    /** A client that waits up to {@code requestTimeout} for an answer (the default is 2 s). */
+    SidecarClient client(Duration requestTimeout) {
+        return new SidecarClient("http://127.0.0.1:" + server.getAddress().getPort(), requestTimeout);
     }
 
     /** Serve {@code generation} with these queues (the topics of all of them, and {@code topics} with none). */
