@@ -77,7 +77,7 @@ class GroupReconciler:
             return
         key = group.work_key
         try:
-            outcome = await self.reconcile_group(group)
+            outcome = await self._reconcile_timed(group)
         except ThreadBusy:
             # Another large group is being decided: this one's turn comes without holding a worker.
             self.world.queue.add_after(key, BUSY_RETRY_SECONDS)
@@ -125,6 +125,20 @@ class GroupReconciler:
             )
         except ApiError as e:
             logger.warning("%s/%s: status not written: %s", group.namespace, group.name, e)
+
+    async def _reconcile_timed(self, group: CachedGroup) -> Outcome:
+        """:meth:`reconcile_group`, observing the time from the change it answers to the generation
+        it publishes (the operator's step of a move's trace)."""
+        since = group.take_change()
+        try:
+            outcome = await self.reconcile_group(group)
+        except BaseException:
+            group.keep_change(since)
+            raise
+        if outcome.document is not None and since is not None:
+            latency = max(0.0, self.world.monotonic() - since)
+            self.metrics.generation_latency.labels(outcome.document.reason).observe(latency)
+        return outcome
 
     async def reconcile_group(self, group: CachedGroup) -> Outcome:
         started = time.perf_counter()

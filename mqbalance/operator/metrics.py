@@ -322,6 +322,15 @@ class OperatorMetrics:
             ["result"],
             registry=registry,
         )
+        self.generation_latency = Histogram(
+            "mqbalance_generation_latency_seconds",
+            "From the first change a reconcile answered (a pod, node, Topic, spec or release the operator "
+            "saw) to the publication of the generation it computed, by reason: the debounce window, the "
+            "queue, the computation and the write.",
+            ["reason"],
+            buckets=HANDOVER_BUCKETS,
+            registry=registry,
+        )
         self.handover_wait = Histogram(
             "mqbalance_handover_wait_seconds",
             "From a revocation to its queues' assignment to their new owners.",

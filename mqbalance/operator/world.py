@@ -70,6 +70,19 @@ class CachedGroup:
     """What was written for it (publication.py)."""
     load: LoadTracker = field(default_factory=LoadTracker)
     """STICKY with load: its measured rates and hysteresis (load_balance.py)."""
+    changed_at: float | None = None
+    """Monotonic time of the first change routed to it since its last reconcile began (None: none):
+    where the time to the generation that answers it starts."""
+
+    def take_change(self) -> float | None:
+        """The change a reconcile starting now answers; later ones start anew."""
+        at, self.changed_at = self.changed_at, None
+        return at
+
+    def keep_change(self, at: float | None) -> None:
+        """A reconcile that took the change at ``at`` failed: the next one answers it still."""
+        if at is not None and (self.changed_at is None or at < self.changed_at):
+            self.changed_at = at
 
     @property
     def namespace(self) -> str:
@@ -344,6 +357,8 @@ class World:
     # -- routing -------------------------------------------------------------------------------------
 
     def enqueue(self, group: CachedGroup, *, debounced: bool = False) -> None:
+        if group.changed_at is None:
+            group.changed_at = self.monotonic()
         key = group.work_key
         if not debounced:
             self.queue.add(key)

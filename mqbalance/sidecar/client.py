@@ -182,15 +182,29 @@ class SidecarClient:
         """The whole group's assignment document."""
         return self._get("/v1/assignment", {})
 
-    def release(self, generation: int, *, all: bool = False) -> dict[str, Any]:
+    def release(
+        self,
+        generation: int,
+        *,
+        all: bool = False,
+        applied_ms: float | None = None,
+        committed_ms: float | None = None,
+    ) -> dict[str, Any]:
         """Tell the operator this pod holds nothing outside generation ``generation``'s share (or, with
         ``all``, nothing at all): call it after stopping and committing the queues it lost.
 
-        Harmless when the group has no handover (``recorded`` is then false).
+        Harmless when the group has no handover (``recorded`` is then false). ``applied_ms`` and
+        ``committed_ms`` (optional) time this application's steps of the move for its trace:
+        milliseconds from reading the generation to stopping the revoked queues' fetching, and to
+        committing their last offsets (``mqbalance_sidecar_move_step_seconds``).
         """
         body: dict[str, Any] = {"generation": generation}
         if all:
             body["all"] = True
+        if applied_ms is not None:
+            body["appliedMs"] = applied_ms
+        if committed_ms is not None:
+            body["committedMs"] = committed_ms
         if self.group is not None:
             body["group"] = self.group
         return self._request("POST", "/v1/release", body)

@@ -13,6 +13,7 @@ from mqbalance.producer import KeySelector, NoWritableQueueError, QueueSelector
 from mqbalance.sidecar.answers import RouteEntry, route_json
 from mqbalance.sidecar.errors import ApiError
 from mqbalance.sidecar.keys import CONFIG, OPENAPI, RECORDER, STATE
+from mqbalance.sidecar.moves import REPORTED, reported_steps
 from mqbalance.sidecar.params import (
     check_broker,
     check_params,
@@ -159,7 +160,12 @@ async def get_faults(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].faults_json())
 
 
-_RELEASE_FIELDS: dict[str, tuple[type, ...]] = {"group": (str,), "generation": (int,), "all": (bool,)}
+_RELEASE_FIELDS: dict[str, tuple[type, ...]] = {
+    "group": (str,),
+    "generation": (int,),
+    "all": (bool,),
+    **dict.fromkeys(REPORTED, (int, float)),
+}
 
 
 @routes.post("/v1/release")
@@ -182,8 +188,14 @@ async def release(request: web.Request) -> web.Response:
             f"generation {generation} is not served yet (this sidecar serves {served.generation}); "
             "release only what you have read",
         )
+    try:
+        reported = reported_steps(body)
+    except ValueError as e:
+        raise ApiError(400, str(e)) from None
     ack = group.ack_for(generation, bool(body.get("all")))
     group.acked = ack
+    if not ack.absent:
+        group.moves.released(generation, reported)
     answer: dict[str, Any] = {"group": group.resource, "generation": generation, "all": ack.all}
     recorder = request.app[RECORDER]
     if served.document.handover is HandoverMode.OFF:
@@ -201,6 +213,7 @@ async def release(request: web.Request) -> web.Response:
             reason = f"no ConfigMap {missing} yet: no revocation awaits a release"
             return web.json_response({**answer, "recorded": False, "reason": reason})
         raise ApiError(503, f"the release could not be recorded ({e}); try again") from None
+    group.moves.recorded(generation)
     group.wake()
     return web.json_response({**answer, "recorded": True})
 

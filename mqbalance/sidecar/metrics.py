@@ -22,6 +22,8 @@ PREFIX = "mqbalance_sidecar"
 # Operator compute -> sidecar receipt: a watch event is tens of milliseconds, a
 # mounted-file fallback up to a minute or two.
 PROPAGATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+MOVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+"""A move's steps: milliseconds when nothing waits, up to the handover's minutes."""
 SEND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.55, 1, 1.8, 3, 5, 15, 30)
 """Includes the fault tables' latency bounds (50, 100, 550, 1800, 3000, 5000, 15000 ms)."""
 
@@ -93,6 +95,16 @@ class SidecarMetrics:
             "From the operator computing a generation to the sidecar receiving it.",
             ["group"],
             buckets=PROPAGATION_BUCKETS,
+            registry=r,
+        )
+        self.move_steps = Histogram(
+            f"{PREFIX}_move_step_seconds",
+            "From the sidecar serving a generation that changed the pod's queues to each step of the move: "
+            "read (the application was answered with it), applied and committed (as the application's "
+            "helper reports them with its release), released (the release arrived), recorded (the release "
+            "was written for the operator).",
+            ["group", "step"],
+            buckets=MOVE_BUCKETS,
             registry=r,
         )
         self.long_polls = Gauge(

@@ -22,6 +22,7 @@ from mqbalance.producer import QueueSelector
 from mqbalance.sidecar.answers import RouteEntry, Served, absent_view, dumps, fenced_view, member_view
 from mqbalance.sidecar.grant import Grant, Monotonic
 from mqbalance.sidecar.metrics import SidecarMetrics
+from mqbalance.sidecar.moves import MoveTrace
 from mqbalance.sidecar.presence import Presence
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,12 @@ class GroupState:
         none of its queues are served up to that generation, even after the application is back."""
         self._absence_told = False
         """An absent acknowledgement was queued: the operator must hear of the return too."""
+        self.moves = MoveTrace(
+            resource,
+            lambda step, seconds: metrics.move_steps.labels(resource, step).observe(seconds),
+            log.info,
+            self.grant.monotonic,
+        )
 
     def publish(self, doc: AssignmentDocument) -> bool:
         """Serve ``doc``; False when it is what is already served (a relist replays it)."""
@@ -114,10 +121,11 @@ class GroupState:
         if self.withholds(served.generation):
             return served.absent_body
         remaining = self.grant.remaining(served.document.lease)
+        if remaining is not None and remaining <= 0.0:
+            return served.fenced_body
+        self.moves.read(served.generation)
         if remaining is None:
             return served.queues_body
-        if remaining <= 0.0:
-            return served.fenced_body
         valid_ms = int(remaining * 1000)
         return served.queues_body[:-1] + b',"fenced":false,"grant":{"validForMs":%d}}' % valid_ms
 
@@ -295,8 +303,11 @@ class GroupState:
         m.queues_revoked.labels(g).inc(len(old - new))
         # The first document after start may have been computed long ago; only a
         # replacement measures how fast a rebalance reached this pod.
-        if previous is not None and doc.computed_at > 0:
-            m.propagation_delay.labels(g).observe(max(0.0, now - doc.computed_at))
+        if previous is not None:
+            propagation = max(0.0, now - doc.computed_at) if doc.computed_at > 0 else None
+            if propagation is not None:
+                m.propagation_delay.labels(g).observe(propagation)
+            self.moves.began(doc.generation, len(new - old), len(old - new), propagation)
 
 
 def _owned(doc: AssignmentDocument, member: str) -> set[MessageQueue]:

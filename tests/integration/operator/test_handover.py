@@ -128,7 +128,11 @@ def test_queues_move_only_after_their_owner_released_them(
     assert still == kept, f"{second_owner}'s revoked queue moved before it released: {current.releasing}"
     held = {mq for member in current.members for qs in current.queues_of(member).values() for mq in qs}
     assert not held & kept, "assigned before its owner released"
-    apps[second_owner].client.release(revoked.generation)
+    second = apps[second_owner].client
+    wait_for(
+        f"{second_owner} to read the revocation", lambda: second.queues()["generation"] >= revoked.generation
+    )
+    second.release(revoked.generation, applied_ms=5, committed_ms=12.5)
     assigned = published(
         api, ns, group, lambda d: not d.releasing and d.generation > revoked.generation, "the assignment"
     )
@@ -136,6 +140,19 @@ def test_queues_move_only_after_their_owner_released_them(
     assert sorted(len(sum(assigned.queues_of(m).values(), ())) for m in assigned.members) == [2, 3, 3]
     assert events_of(api, ns, group, "QueuesRevoked")
     assert events_of(api, ns, group, "QueuesReleased")
+
+    # The move's trace: the operator timed the revocation from the pod's change and the assignment
+    # from the last release; each old owner's sidecar timed its steps, the reported ones included.
+    latency = "mqbalance_generation_latency_seconds_count"
+    for reason in {revoked.reason, assigned.reason}:
+        assert testbed.operator.metric(latency, reason=reason) >= 1, reason
+    steps = "mqbalance_sidecar_move_step_seconds_count"
+    for pod, expected in (
+        (first_owner, ("read", "released", "recorded")),
+        (second_owner, ("applied", "committed")),
+    ):
+        counted = {step: apps[pod].metric(steps, group=group, step=step) for step in expected}
+        assert all(counted.values()), f"{pod}: {counted}"
 
 
 def test_an_owner_that_never_releases_is_overridden_and_a_leaving_pod_drains(

@@ -16,9 +16,44 @@ public final class Handover {
     private volatile long released = -1;
     private volatile int failures;
     private long warnedAt;
+    /** Whether the sidecar takes the move's steps with a release (false after a 400 naming them). */
+    private volatile boolean reportsSteps = true;
+    /** The generation last read and when (nanoTime), and when it was applied and committed (0: not yet). */
+    private long readGeneration = -1;
+    private long readNanos;
+    private long appliedNanos;
+    private long committedNanos;
 
     public Handover(SidecarClient client) {
         this.client = client;
+    }
+
+    /** The application read {@code generation} (an assignment change): its move's steps count from now. */
+    public synchronized void read(long generation) {
+        if (generation > readGeneration) {
+            readGeneration = generation;
+            readNanos = System.nanoTime();
+            appliedNanos = 0;
+            committedNanos = 0;
+        }
+    }
+
+    /** The application's RocketMQ client applied {@code generation} (revoked queues no longer fetched). */
+    public synchronized void applied(long generation) {
+        if (generation == readGeneration && appliedNanos == 0) {
+            appliedNanos = System.nanoTime();
+        }
+    }
+
+    /** The offsets of the queues {@code generation} revoked are committed (their in-flight work done). */
+    public synchronized void committed(long generation) {
+        if (generation == readGeneration && committedNanos == 0) {
+            committedNanos = System.nanoTime();
+        }
+    }
+
+    private long stepMs(long generation, long at) {
+        return generation == readGeneration && at != 0 ? Math.max(0, (at - readNanos) / 1_000_000L) : -1;
     }
 
     /** False once the sidecar answered 404 to a release. */
@@ -45,7 +80,7 @@ public final class Handover {
             return true;
         }
         try {
-            SidecarClient.Release answer = client.release(group, generation);
+            SidecarClient.Release answer = releaseReporting(group, generation);
             if (answer == SidecarClient.Release.NOT_SUPPORTED) {
                 supported = false;
                 LOG.log(Level.INFO, "sidecar {0} has no /v1/release (404): handover not supported, carrying on",
@@ -69,6 +104,24 @@ public final class Handover {
                 warnedAt = now == 0 ? 1 : now;
             }
             return false;
+        }
+    }
+
+    /** The release, with the move's steps while the sidecar takes them. */
+    private SidecarClient.Release releaseReporting(String group, long generation) throws SidecarException {
+        long applied = stepMs(generation, appliedNanos);
+        long committed = stepMs(generation, committedNanos);
+        if (!reportsSteps || applied < 0 && committed < 0) {
+            return client.release(group, generation);
+        }
+        try {
+            return client.release(group, generation, false, applied, committed);
+        } catch (SidecarException e) {
+            if (e.status() != 400 || e.error() == null || !e.error().startsWith("unknown field")) {
+                throw e;
+            }
+            reportsSteps = false; // a sidecar older than the trace
+            return client.release(group, generation);
         }
     }
 

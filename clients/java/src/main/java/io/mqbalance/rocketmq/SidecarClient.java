@@ -160,8 +160,22 @@ public class SidecarClient {
      * no more (it is shutting down): its queues go to their new owners without waiting.
      */
     public Release release(String group, long generation, boolean all) throws SidecarException {
+        return release(group, generation, all, -1, -1);
+    }
+
+    /**
+     * As {@link #release(String, long, boolean)}, with this application's steps of the move for its
+     * trace ({@code mqbalance_sidecar_move_step_seconds}): milliseconds from reading the generation
+     * to its client applying it ({@code appliedMs}) and to the revoked queues' offsets committed
+     * ({@code committedMs}); -1 leaves one out. A sidecar older than these fields answers 400
+     * ({@link SidecarException#error()} names the unknown field): release again without them.
+     */
+    public Release release(String group, long generation, boolean all, long appliedMs, long committedMs)
+        throws SidecarException {
         String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation
-            + (all ? ",\"all\":true" : "") + "}";
+            + (all ? ",\"all\":true" : "")
+            + (appliedMs >= 0 ? ",\"appliedMs\":" + appliedMs : "")
+            + (committedMs >= 0 ? ",\"committedMs\":" + committedMs : "") + "}";
         try {
             post("/v1/release", body);
             return Release.ACKNOWLEDGED;

@@ -63,6 +63,7 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         this.consumer = consumer;
         this.watcher = new SidecarWatcher(sidecar, sidecarGroup);
         this.handover = new Handover(sidecar);
+        watcher.onChange(view -> handover.read(view.generation()));
     }
 
     /** Wire the offset store, start the consumer and the sidecar watcher. */
@@ -197,6 +198,7 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
             // An earlier commit (the master away) or release failed: again, releasing only once committed.
             if (view != null && view.generation() > handover.releasedGeneration()
                 && (uncommitted.isEmpty() || System.nanoTime() - nextCommitAttempt >= 0 && commitUncommitted())) {
+                handover.committed(view.generation());
                 handover.release(view.group(), view.generation());
             }
             return;
@@ -242,8 +244,10 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         assigned.clear();
         assigned.addAll(target);
         appliedGeneration = view.generation();
+        handover.applied(view.generation());
         LOG.log(Level.INFO, "generation {0}: {1} queue(s), released {2}", view.generation(), target.size(), lost);
         if (committed) {
+            handover.committed(view.generation());
             handover.release(view.group(), view.generation());
         }
     }

@@ -135,6 +135,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
         }
         support.strategy.setAdjuster(support::adjust);
         watcher.onChange(view -> {
+            support.handover.read(view.generation());
             support.triggerRebalance();
             support.checkSettled();
         });
@@ -427,6 +428,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
                 return false; // the rebalance has not applied this generation to the topic yet
             }
         }
+        handover.applied(view.generation());
         if (!settling.isEmpty()) {
             return false; // a dropped queue's offset is not committed yet
         }
@@ -435,6 +437,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
                 return false; // still held: RocketMQ has not dropped (and persisted) it yet
             }
         }
+        handover.committed(view.generation());
         return handover.release(view.group(), view.generation());
     }
 
