@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ from harness.polling import scaled
 
 REQUEST_TIMEOUT = 30.0
 """One call's allowance on an unloaded machine; each call scales it (harness.polling.scaled)."""
+RETRIED = frozenset({429, 504})
+"""Statuses of a call the API server did not carry out in time: :meth:`KubeApi.request` repeats it."""
+RETRIES = 3
+RETRY_DELAY = 1.0
 
 
 class ApiError(RuntimeError):
@@ -115,8 +120,17 @@ class KubeApi:
     def request(
         self, method: str, path: str, body: Any = None, content_type: str | None = None
     ) -> dict[str, Any]:
-        """One blocking call that must succeed; the decoded JSON answer, or ApiError."""
-        status, answer = self.call(method, path, body, content_type=content_type)
+        """One blocking call that must succeed; the decoded JSON answer, or ApiError.
+
+        A read or a patch the API server gave up on (504: its own 60 s request timeout ran out on a
+        starved machine; 429: too many requests) is sent again, as a kubelet or kubectl would: both
+        are idempotent. Other calls are not repeated (a create may have happened)."""
+        attempts = RETRIES + 1 if method in ("GET", "PATCH") else 1
+        for attempt in range(attempts):
+            status, answer = self.call(method, path, body, content_type=content_type)
+            if status not in RETRIED or attempt == attempts - 1:
+                break
+            time.sleep(RETRY_DELAY * (attempt + 1))
         if not 200 <= status < 300:
             raise _error(status, answer)
         return answer if isinstance(answer, dict) else {}
