@@ -12,7 +12,10 @@ the longest time a queue went unconsumed, per-key order violations, how long the
 catch up after the producer stopped, the time from each message's send to its first consumption
 (median, p99, max); and for the mqbalance variants what the handover costs: how
 long each queue that moved between live members went unconsumed (from the generation that took
-it from its old owner to the first consumption by its new owner), beside the one-step path's.
+it from its old owner to the first consumption by its new owner), beside the one-step path's, and
+where a move's time goes: the medians of its steps, from the change the operator answered to its
+generation, and on each side's sidecar from the generation's receipt (docs/sidecar.md, "The trace of
+a move").
 ``--rounds`` repeats the run in the same world, each round with consumer groups of its own.
 """
 
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine, messages_parser, table
 from harness.e2e import SCRIPT, VARIANTS, Score, run, world
+from harness.e2e_moves import NEW_OWNER_STEPS, OLD_OWNER_STEPS
 
 ONE_STEP = "mqbalance"
 DEFAULT_VARIANTS = ("rocketmq", ONE_STEP, "mqbalance-handover", "rocketmq-orderly", "mqbalance-orderly")
@@ -105,6 +109,35 @@ def cost_table(scores: list[Score]) -> str:
     )
 
 
+def trace_table(scores: list[Score]) -> str:
+    """Where a move's time goes: the medians of its steps, the operator's and each side's sidecar's."""
+    rows = []
+    for s in scores:
+        t = s.trace
+        if t is None:
+            continue
+        old, new = t.old_owner_ms, t.new_owner_ms
+        rows.append(
+            (
+                s.variant,
+                t.moves,
+                _f(t.generation_ms, 0),
+                *(_f(old[step], 0) for step in OLD_OWNER_STEPS),
+                *(_f(new[step], 0) for step in NEW_OWNER_STEPS),
+            )
+        )
+    return table(
+        [
+            "variant",
+            "move lines",
+            "change to generation",
+            *(f"old owner: {step}" for step in OLD_OWNER_STEPS),
+            *(f"new owner: {step}" for step in NEW_OWNER_STEPS),
+        ],
+        rows,
+    )
+
+
 def main() -> int:
     parser = messages_parser(__doc__, rate=200)
     parser.add_argument("--keys", type=int, default=64)
@@ -137,6 +170,11 @@ def main() -> int:
             print(scores_table(scores))
             print()
             print(cost_table(scores))
+            print()
+            print(
+                "the trace of the moves, medians in ms (a sidecar's steps from its receipt of a generation):"
+            )
+            print(trace_table(scores))
             sys.stdout.flush()
     return 1 if lost else 0
 

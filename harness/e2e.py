@@ -60,7 +60,15 @@ from typing import Any, ClassVar
 from harness import polling
 from harness.apps.operator import OperatorProcess
 from harness.apps.sidecar import SidecarProcess
-from harness.e2e_moves import MoveFigures, figures, journal_moves, with_first_consumption
+from harness.e2e_moves import (
+    MoveFigures,
+    TraceFigures,
+    figures,
+    journal_moves,
+    move_lines,
+    trace_figures,
+    with_first_consumption,
+)
 from harness.kube import kubelet
 from harness.kube.api import KubeApi
 from harness.kube.cluster import CRD_NAMES, LocalCluster
@@ -448,7 +456,7 @@ class MqbalanceVariant(Variant):
             self.world.workdir / f"sidecar-{name}.log",
             "--pod-name", name, "--namespace", NAMESPACE, "--group", self.group, "--no-topics",
             metrics=False,
-            env={"MQBALANCE_LOG_LEVEL": "WARNING"},
+            env={"MQBALANCE_LOG_LEVEL": "INFO"},  # INFO: its move lines, for the trace
             error=E2eError,
         )  # fmt: skip
         sidecar.start()
@@ -728,6 +736,8 @@ class Score:
     """Member -> when (unix time) it was SIGKILLed."""
     latency_ms: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     """From each message's send to its first consumption: median, p99 and max, milliseconds."""
+    trace: TraceFigures | None = None
+    """mqbalance variants: the medians of the steps of its moves (the journal's and the sidecars')."""
 
     def idle_queues(self, seconds: float) -> list[str]:
         """The queues that went unconsumed for longer than ``seconds`` at some point of the run."""
@@ -842,6 +852,12 @@ def run(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
             score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch), v.left)
+            lines = [
+                m
+                for log in w.workdir.glob("sidecar-*.log")
+                for m in move_lines(log.read_text(errors="replace"))
+            ]
+            score.trace = trace_figures(lines, journal, v.group)
         scores.append(score)
     return scores
 

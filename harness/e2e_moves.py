@@ -20,6 +20,7 @@ producer sent (members starting before it, leaving after it).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -159,4 +160,61 @@ def figures(
         waited_median_s=statistics.median(m.waited_s for m in kept),
         staying=len(staying),
         staying_waited_min_s=min(staying, default=float("nan")),
+    )
+
+
+OLD_OWNER_STEPS = ("propagation", "read", "applied", "committed", "released", "recorded")
+"""A revoking move's steps on the old owner's sidecar, in order (docs/sidecar.md, "The trace of a move")."""
+NEW_OWNER_STEPS = ("propagation", "read")
+
+
+@dataclass(frozen=True)
+class TraceFigures:
+    """Medians, in milliseconds, of a group's move steps: the operator's and its sidecars'."""
+
+    generation_ms: float
+    """From the change a generation answered to its publication (the journal's ``sinceChangeSeconds``)."""
+    old_owner_ms: Mapping[str, float]
+    """Step -> median over moves that revoked queues, from the old owner's receipt of the generation."""
+    new_owner_ms: Mapping[str, float]
+    """Step -> median over moves that only gained queues, from the new owner's receipt."""
+    moves: int
+    """Move lines read."""
+
+
+def move_lines(log_text: str) -> list[dict[str, object]]:
+    """The move lines (``"kind": "mqbalance.move"``) of a sidecar's log."""
+    marker = '{"kind":"mqbalance.move"'
+    return [json.loads(line[line.index(marker) :]) for line in log_text.splitlines() if marker in line]
+
+
+def trace_figures(
+    lines: Iterable[Mapping[str, object]], journal: Iterable[JournalRecord], group: str
+) -> TraceFigures:
+    """The medians of ``group``'s move steps: its generations' time from their change (journal) and
+    its sidecars' move lines (:func:`move_lines`), the revoking and the gaining apart."""
+    nan = float("nan")
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values) if values else nan
+
+    def steps(moves: list[Mapping[str, object]], names: Sequence[str]) -> dict[str, float]:
+        return {
+            n: median([float(v) for m in moves if isinstance(v := m.get(f"{n}Ms"), int | float)])
+            for n in names
+        }
+
+    mine = [line for line in lines if line.get("group") == group]
+    revoking = [m for m in mine if m.get("revoked")]
+    gaining = [m for m in mine if m.get("gained") and not m.get("revoked")]
+    since = [
+        r.since_change_seconds * 1000
+        for r in journal
+        if r.group == group and r.since_change_seconds is not None
+    ]
+    return TraceFigures(
+        generation_ms=median(since),
+        old_owner_ms=steps(revoking, OLD_OWNER_STEPS),
+        new_owner_ms=steps(gaining, NEW_OWNER_STEPS),
+        moves=len(mine),
     )

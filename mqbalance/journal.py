@@ -11,7 +11,11 @@ zone, the strategy) and its output, so any strategy can be recomputed from it.
      "members": {"pod-a": "zone-a"}, "brokerZones": {"broker-a": "zone-a"},
      "queues": {"orders": {"broker-a": [0, 1, 2, 3]}},
      "assignment": {"orders": {"pod-a": {"broker-a": [0, 1, 2, 3]}}},
-     "moved": 2, "computeSeconds": 0.0004}
+     "moved": 2, "computeSeconds": 0.0004, "sinceChangeSeconds": 0.012}
+
+``sinceChangeSeconds`` (absent where not measured): from the first change the generation answers, as the
+operator saw it (a pod Ready, Terminating or gone, a release), to its publication: the operator's step of a
+move's trace.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class JournalRecord:
     compute_seconds: float
     releasing: tuple[Release, ...] = ()
     """Queues revoked and held by nobody until their old owner releases them (a handover)."""
+    since_change_seconds: float | None = None
+    """From the first change this generation answers to its publication (None: not measured)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -77,6 +83,8 @@ class JournalRecord:
         }
         if self.releasing:
             out["releasing"] = [r.to_json() for r in self.releasing]
+        if self.since_change_seconds is not None:
+            out["sinceChangeSeconds"] = self.since_change_seconds
         return out
 
     def encode(self) -> str:
@@ -109,6 +117,9 @@ class JournalRecord:
                 moved=int(data.get("moved", 0)),
                 compute_seconds=float(data.get("computeSeconds", 0.0)),
                 releasing=tuple(Release.from_json(r) for r in data.get("releasing") or []),
+                since_change_seconds=(
+                    None if data.get("sinceChangeSeconds") is None else float(data["sinceChangeSeconds"])
+                ),
             )
 
     @classmethod

@@ -131,16 +131,13 @@ class GroupReconciler:
         it publishes (the operator's step of a move's trace)."""
         since = group.take_change()
         try:
-            outcome = await self.reconcile_group(group)
+            return await self.reconcile_group(group, since)
         except BaseException:
             group.keep_change(since)
             raise
-        if outcome.document is not None and since is not None:
-            latency = max(0.0, self.world.monotonic() - since)
-            self.metrics.generation_latency.labels(outcome.document.reason).observe(latency)
-        return outcome
 
-    async def reconcile_group(self, group: CachedGroup) -> Outcome:
+    async def reconcile_group(self, group: CachedGroup, since: float | None = None) -> Outcome:
+        """One reconcile; ``since``: the monotonic time of the first change it answers, if known."""
         started = time.perf_counter()
         ns, name = group.namespace, group.name
         body = await self._without_legacy_finalizer(group)
@@ -197,8 +194,12 @@ class GroupReconciler:
                 self.writer, body, outcome.document, lambda: self.world.configmaps.get(cm_key)
             ):
                 self.world.enqueue(group)  # changed or deleted by someone else right after our write
+            latency = None if since is None else round(max(0.0, self.world.monotonic() - since), 6)
+            if latency is not None:
+                self.metrics.generation_latency.labels(outcome.document.reason).observe(latency)
             if outcome.journal is not None:
-                self.journal.write(replace(outcome.journal, compute_seconds=compute_seconds))
+                timed = replace(outcome.journal, compute_seconds=compute_seconds)
+                self.journal.write(replace(timed, since_change_seconds=latency))
             self.metrics.rebalances.labels(outcome.document.reason).inc()
             if outcome.figures is not None:
                 self.metrics.queues_moved.inc(outcome.figures.moved)

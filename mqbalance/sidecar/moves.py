@@ -10,9 +10,9 @@ from the moment the sidecar began serving it, on the sidecar's monotonic clock:
 - ``released``: the application's release of it arrived (``POST /v1/release``);
 - ``recorded``: that release was written where the operator reads it.
 
-Each step is observed once per move (``mqbalance_sidecar_move_step_seconds``), and a move that
-revoked queues is logged as one JSON line (``"kind": "mqbalance.move"``) once its release is recorded,
-or when the next move replaces it. The operator's part (from the event to the generation, from a
+Each step is observed once per move (``mqbalance_sidecar_move_step_seconds``), and each move is
+logged as one JSON line (``"kind": "mqbalance.move"``) once its release is recorded, when the next
+move replaces it, or when the sidecar stops. The operator's part (from the event to the generation, from a
 release to the next generation) is its own metric. Pure: no HTTP, no Kubernetes.
 """
 
@@ -110,7 +110,7 @@ class MoveTrace:
         self._step("released", generation)
 
     def recorded(self, generation: int) -> None:
-        """The release of ``generation`` was written for the operator: a revoking move is complete."""
+        """The release of ``generation`` was written for the operator: the move is complete."""
         self._step("recorded", generation)
         move = self.current
         if move is not None and "recorded" in move.steps:
@@ -125,9 +125,13 @@ class MoveTrace:
         move.steps[step] = max(0.0, seconds)
         self._observe(step, move.steps[step])
 
+    def flush(self) -> None:
+        """Log the move under way as it stands (the sidecar stops)."""
+        self._finish()
+
     def _finish(self) -> None:
         move, self.current = self.current, None
-        if move is not None and move.revoked:
+        if move is not None:
             self._log(move.line(self.group))
 
 

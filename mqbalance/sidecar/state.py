@@ -233,6 +233,7 @@ class GroupState:
     def stop_waiting(self) -> None:
         """The sidecar stops: long-polls answer now, and from now on at once, with what is served."""
         self._stopping = True
+        self.moves.flush()
         self._wake()
 
     async def wait_change(self, after: int, timeout: float) -> Served | None:

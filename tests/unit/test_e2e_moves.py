@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import pytest
 
-from harness.e2e_moves import figures, journal_moves, with_first_consumption
+from harness.e2e_moves import figures, journal_moves, move_lines, trace_figures, with_first_consumption
 from mqbalance.contract import Release
 from mqbalance.journal import JournalRecord
 from mqbalance.model import MessageQueue, StrategyName, StrategySpec
@@ -124,3 +125,35 @@ def test_killed_owners_queues_given_back_and_moves_outside_the_window_do_not_cou
     idle = with_first_consumption(journal_moves(journal, "g", "t"), consumed[:1] + consumed[2:])
     assert [m.old_consumed for m in idle] == [False, True, False]
     assert figures(idle, killed={"a"}).moves == 1
+
+
+def test_the_trace_is_the_median_of_each_step_the_revoking_and_the_gaining_apart() -> None:
+    log = "\n".join(
+        [
+            "2026-11-29 10:00:00,000 INFO mqbalance.sidecar.state: group g: serving generation 3",
+            '2026-11-29 10:00:00,001 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"g",'
+            '"generation":3,"gained":0,"revoked":2,"propagationMs":10.0,"readMs":2.0,"releasedMs":90.0}',
+            '2026-11-29 10:00:00,002 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"g",'
+            '"generation":4,"gained":0,"revoked":1,"propagationMs":30.0,"readMs":4.0,"appliedMs":50.0}',
+            '2026-11-29 10:00:00,003 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"g",'
+            '"generation":5,"gained":2,"revoked":0,"propagationMs":20.0,"readMs":7.0}',
+            '2026-11-29 10:00:00,004 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"other",'
+            '"generation":5,"gained":2,"revoked":0,"readMs":700.0}',
+        ]
+    )
+    lines = move_lines(log)
+    assert len(lines) == 4
+    journal = [
+        replace(line(3, 1.0, {"a": [Q0]}), since_change_seconds=0.004),
+        replace(line(4, 2.0, {"a": [Q0]}), since_change_seconds=0.012),
+        line(5, 3.0, {"a": [Q0]}),  # not measured
+    ]
+    trace = trace_figures(lines, journal, "g")
+    assert trace.moves == 3
+    assert trace.generation_ms == pytest.approx(8.0)
+    assert trace.old_owner_ms["propagation"] == 20.0
+    assert trace.old_owner_ms["read"] == 3.0
+    assert trace.old_owner_ms["applied"] == 50.0  # one move reported it
+    assert trace.old_owner_ms["released"] == 90.0
+    assert math.isnan(trace.old_owner_ms["recorded"])
+    assert trace.new_owner_ms == {"propagation": 20.0, "read": 7.0}

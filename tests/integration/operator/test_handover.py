@@ -146,6 +146,10 @@ def test_queues_move_only_after_their_owner_released_them(
     latency = "mqbalance_generation_latency_seconds_count"
     for reason in {revoked.reason, assigned.reason}:
         assert testbed.operator.metric(latency, reason=reason) >= 1, reason
+    timed = {
+        r.generation: r.since_change_seconds for r in testbed.operator.journal_records() if r.group == group
+    }
+    assert all(timed.get(g) is not None for g in (revoked.generation, assigned.generation)), timed
     steps = "mqbalance_sidecar_move_step_seconds_count"
     for pod, expected in (
         (first_owner, ("read", "released", "recorded")),

@@ -35,7 +35,7 @@ def trace(clock: FakeClock) -> tuple[MoveTrace, Seen]:
     return MoveTrace("orders", seen.observe, seen.log, clock), seen
 
 
-def test_each_step_is_timed_from_the_receipt_once_and_a_revoking_move_is_logged() -> None:
+def test_each_step_is_timed_from_the_receipt_once_and_the_move_is_logged() -> None:
     clock = FakeClock(100.0)
     moves, seen = trace(clock)
     moves.began(7, gained=0, revoked=2, propagation=0.02)
@@ -84,10 +84,20 @@ def test_what_is_no_move_or_not_its_generation_times_nothing() -> None:
     assert seen.steps == []
     moves.released(4, {"appliedMs": 1.0})  # reported steps count from the read, which did not happen
     assert seen.steps == [("released", 1.0)]
-    # A gaining move is not logged; the next move replaces it.
+    # A move is logged when the next one replaces it, or as it stands when the sidecar stops.
     moves.began(5, gained=0, revoked=1, propagation=None)
-    moves.began(6, gained=1, revoked=0, propagation=None)
-    assert [line["generation"] for line in seen.lines] == [5]
+    assert [line["generation"] for line in seen.lines] == [4]
+    moves.flush()
+    moves.flush()
+    assert [line["generation"] for line in seen.lines] == [4, 5]
+    assert seen.lines[0] == {
+        "kind": KIND,
+        "group": "orders",
+        "generation": 4,
+        "gained": 1,
+        "revoked": 0,
+        "releasedMs": 1000.0,
+    }
 
 
 def test_reported_steps_are_milliseconds_from_zero_to_a_day() -> None:
