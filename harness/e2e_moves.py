@@ -165,7 +165,7 @@ def figures(
 
 OLD_OWNER_STEPS = ("propagation", "read", "applied", "committed", "released", "recorded")
 """A revoking move's steps on the old owner's sidecar, in order (docs/sidecar.md, "The trace of a move")."""
-NEW_OWNER_STEPS = ("propagation", "read")
+NEW_OWNER_STEPS = ("propagation", "read", "consumed")
 
 
 @dataclass(frozen=True)

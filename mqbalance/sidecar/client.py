@@ -209,6 +209,14 @@ class SidecarClient:
             body["group"] = self.group
         return self._request("POST", "/v1/release", body)
 
+    def report_consumed(self, generation: int, consumed_ms: float) -> dict[str, Any]:
+        """For the trace of a move: the first message of a queue ``generation`` gave this pod was
+        consumed ``consumed_ms`` after reading that generation (``POST /v1/trace``)."""
+        body: dict[str, Any] = {"generation": generation, "consumedMs": consumed_ms}
+        if self.group is not None:
+            body["group"] = self.group
+        return self._request("POST", "/v1/trace", body)
+
     def drain(self, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until this pod has nothing left to hand over (``drained``), at most ``timeout`` seconds."""
         return self._get("/v1/drain", {"timeout": f"{timeout:g}"}, wait=timeout)

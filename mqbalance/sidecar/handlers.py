@@ -218,6 +218,33 @@ async def release(request: web.Request) -> web.Response:
     return web.json_response({**answer, "recorded": True})
 
 
+_TRACE_FIELDS: dict[str, tuple[type, ...]] = {
+    "group": (str,),
+    "generation": (int,),
+    "consumedMs": (int, float),
+}
+
+
+@routes.post("/v1/trace")
+async def trace(request: web.Request) -> web.Response:
+    """The application's steps of a move that only it sees: its first consumption of what it gained."""
+    check_params(request, ())
+    body = await json_body(request, _TRACE_FIELDS)
+    name = body.get("group") or None
+    group = named_group(request.app[STATE], name) if name else group_of(request)
+    generation = body.get("generation")
+    if generation is None or generation < 0:
+        raise ApiError(400, "field 'generation' is required: the generation whose move you timed")
+    try:
+        reported = reported_steps(body, ("consumedMs",))
+    except ValueError as e:
+        raise ApiError(400, str(e)) from None
+    if "consumedMs" not in reported:
+        raise ApiError(400, "field 'consumedMs' is required: milliseconds from reading the generation")
+    traced = group.moves.consumed(generation, reported["consumedMs"])
+    return web.json_response({"group": group.resource, "generation": generation, "traced": traced})
+
+
 @routes.get("/v1/drain")
 async def drain(request: web.Request) -> web.Response:
     """Wait until this pod has nothing left to hand over (a preStop hook), at most ``timeout`` seconds."""

@@ -102,7 +102,8 @@ class SidecarMetrics:
             "From the sidecar serving a generation that changed the pod's queues to each step of the move: "
             "read (the application was answered with it), applied and committed (as the application's "
             "helper reports them with its release), released (the release arrived), recorded (the release "
-            "was written for the operator).",
+            "was written for the operator), consumed (the helper's first consumption of a queue it gained, "
+            "as it reports it).",
             ["group", "step"],
             buckets=MOVE_BUCKETS,
             registry=r,

@@ -8,11 +8,14 @@ from the moment the sidecar began serving it, on the sidecar's monotonic clock:
   from its read to its RocketMQ client applying the generation, and to the last offset of a revoked
   queue committed), placed after the sidecar's ``read``;
 - ``released``: the application's release of it arrived (``POST /v1/release``);
-- ``recorded``: that release was written where the operator reads it.
+- ``recorded``: that release was written where the operator reads it;
+- ``consumed``: as the helper reports it (``POST /v1/trace``): milliseconds from its read to the
+  first message consumed from a queue the generation gave the pod, placed after the ``read``.
 
 Each step is observed once per move (``mqbalance_sidecar_move_step_seconds``), and each move is
-logged as one JSON line (``"kind": "mqbalance.move"``) once its release is recorded, when the next
-move replaces it, or when the sidecar stops. The operator's part (from the event to the generation, from a
+logged as one JSON line (``"kind": "mqbalance.move"``) once its release is recorded (and, if it gave
+the pod queues, their first consumption reported), when the next move replaces it, or when the
+sidecar stops. The operator's part (from the event to the generation, from a
 release to the next generation) is its own metric. Pure: no HTTP, no Kubernetes.
 """
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from mqbalance.sidecar.grant import Monotonic
@@ -28,8 +31,8 @@ from mqbalance.sidecar.grant import Monotonic
 KIND = "mqbalance.move"
 """The ``kind`` field of a move's log line."""
 
-STEPS = ("read", "applied", "committed", "released", "recorded")
-"""The steps, in the order a revoking move takes them."""
+STEPS = ("read", "applied", "committed", "released", "recorded", "consumed")
+"""The steps, in the order a move takes them."""
 
 REPORTED = {"appliedMs": "applied", "committedMs": "committed"}
 """The release body's fields a helper reports its steps in -> the step."""
@@ -110,11 +113,26 @@ class MoveTrace:
         self._step("released", generation)
 
     def recorded(self, generation: int) -> None:
-        """The release of ``generation`` was written for the operator: the move is complete."""
+        """The release of ``generation`` was written for the operator: the move is complete unless the
+        first consumption of what it gave is still to come."""
         self._step("recorded", generation)
         move = self.current
-        if move is not None and "recorded" in move.steps:
+        if move is not None and "recorded" in move.steps and (not move.gained or "consumed" in move.steps):
             self._finish()
+
+    def consumed(self, generation: int, ms: float) -> bool:
+        """The helper consumed the first message of a queue ``generation`` gave the pod, ``ms`` after
+        it read the generation; whether that counted (the move under way, read and not timed yet)."""
+        move = self.current
+        if move is None or move.generation != generation or "consumed" in move.steps:
+            return False
+        read = move.steps.get("read")
+        if read is None:
+            return False
+        self._set(move, "consumed", read + ms / 1000.0)
+        if "recorded" in move.steps:
+            self._finish()
+        return True
 
     def _step(self, step: str, generation: int) -> None:
         move = self.current
@@ -135,11 +153,11 @@ class MoveTrace:
             self._log(move.line(self.group))
 
 
-def reported_steps(body: dict[str, object]) -> dict[str, float]:
-    """The helper's reported steps of a release body (fields of :data:`REPORTED`), checked: a
-    ValueError names a field that is no number of milliseconds from 0 to a day."""
+def reported_steps(body: dict[str, object], names: Iterable[str] = REPORTED) -> dict[str, float]:
+    """The helper's reported steps of a request body (``names``: the fields of :data:`REPORTED` in a
+    release), checked: a ValueError names a field that is no number of milliseconds from 0 to a day."""
     steps: dict[str, float] = {}
-    for name in REPORTED:
+    for name in names:
         value = body.get(name)
         if value is None:
             continue

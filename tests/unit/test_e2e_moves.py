@@ -156,4 +156,6 @@ def test_the_trace_is_the_median_of_each_step_the_revoking_and_the_gaining_apart
     assert trace.old_owner_ms["applied"] == 50.0  # one move reported it
     assert trace.old_owner_ms["released"] == 90.0
     assert math.isnan(trace.old_owner_ms["recorded"])
-    assert trace.new_owner_ms == {"propagation": 20.0, "read": 7.0}
+    assert trace.new_owner_ms["propagation"] == 20.0
+    assert trace.new_owner_ms["read"] == 7.0
+    assert math.isnan(trace.new_owner_ms["consumed"])

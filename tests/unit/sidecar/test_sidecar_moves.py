@@ -145,3 +145,50 @@ async def test_the_api_times_a_revoking_move_from_read_to_record(aiohttp_client:
     }
     assert seconds("recorded") == pytest.approx(0.14)
     assert len(recorder.acks) == 1
+
+
+def test_a_gaining_move_waits_for_its_first_consumption_before_it_is_logged() -> None:
+    clock = FakeClock(0.0)
+    moves, seen = trace(clock)
+    moves.began(8, gained=2, revoked=0, propagation=0.01)
+    assert not moves.consumed(8, 5.0), "not read yet: nothing to count from"
+    clock.advance(0.002)
+    moves.read(8)
+    clock.advance(0.01)
+    moves.released(8, {})
+    moves.recorded(8)
+    assert seen.lines == [], "its first consumption is still to come"
+    assert not moves.consumed(7, 100.0), "another generation's"
+    assert moves.consumed(8, 150.0)
+    assert not moves.consumed(8, 300.0), "counted once"
+    assert seen.steps[-1] == ("consumed", 0.152)
+    assert [(line["generation"], line["consumedMs"]) for line in seen.lines] == [(8, 152.0)]
+
+
+@pytest.mark.asyncio
+async def test_the_first_consumption_is_reported_through_the_api(aiohttp_client: AiohttpClient) -> None:
+    clock = FakeClock()
+    config = make_config()
+    selector = QueueSelector(generation=Generation.V5, clock=clock.ms, rng=random.Random(7), index_start=0)
+    state = SidecarState(config.pod_name, config.groups, selector, clock=clock, monotonic=clock)
+    client = await aiohttp_client(create_app(config, source=None, state=state, recorder=Recorder()))  # type: ignore[arg-type]
+    state.publish("orders", document(3, {"orders": {OTHER: [("broker-a", 0), ("broker-a", 1)]}}))
+    state.publish("orders", document(4))  # broker-a:0 and broker-a:1 come to this pod
+    clock.advance(0.01)
+    assert (await client.get("/v1/queues")).status == 200
+    for bad in (
+        {"generation": 4},
+        {"consumedMs": 3},
+        {"generation": 4, "consumedMs": -1},
+        {"generation": 4, "x": 1},
+    ):
+        resp = await client.post("/v1/trace", json=bad)
+        assert resp.status == 400, bad
+    resp = await client.post("/v1/trace", json={"generation": 4, "consumedMs": 90})
+    assert await resp.json() == {"group": "orders", "generation": 4, "traced": True}
+    labels = {"group": "orders", "step": "consumed"}
+    assert state.metrics.registry.get_sample_value(
+        "mqbalance_sidecar_move_step_seconds_sum", labels
+    ) == pytest.approx(0.1)
+    again = await client.post("/v1/trace", json={"generation": 4, "consumedMs": 90})
+    assert (await again.json())["traced"] is False

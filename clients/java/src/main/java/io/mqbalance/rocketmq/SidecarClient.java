@@ -189,6 +189,25 @@ public class SidecarClient {
         }
     }
 
+    /**
+     * Report for the move's trace that the application consumed the first message of a queue
+     * {@code generation} gave it, {@code consumedMs} after reading that generation ({@code POST
+     * /v1/trace}); false when the sidecar has no such endpoint (older than the trace).
+     */
+    public boolean trace(String group, long generation, long consumedMs) throws SidecarException {
+        String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation + ",\"consumedMs\":"
+            + consumedMs + "}";
+        try {
+            post("/v1/trace", body);
+            return true;
+        } catch (SidecarException e) {
+            if (e.status() == 404 && (e.error() == null || e.error().startsWith("no endpoint"))) {
+                return false;
+            }
+            throw e;
+        }
+    }
+
     private Map<String, Object> get(String path, Duration timeout) throws SidecarException {
         HttpRequest request = HttpRequest.newBuilder(base.resolve(path)).timeout(timeout).GET().build();
         return send(request, "GET " + path);

@@ -73,6 +73,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
     private final SidecarAllocateStrategy strategy;
     private final Handover handover;
     private final ScheduledExecutorService timer;
+    private final FirstConsumption firstConsumption;
     private final RebalanceImpl rebalance;
     private final ConcurrentMap<MessageQueue, ProcessQueue> table;
     /** Queues being handed over: RocketMQ's process queue of each, until its offset is committed. */
@@ -98,6 +99,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
             t.setDaemon(true);
             return t;
         });
+        this.firstConsumption = new FirstConsumption(watcher.client(), timer);
     }
 
     /**
@@ -134,8 +136,10 @@ public final class SidecarPushConsumer implements AutoCloseable {
             support.track();
         }
         support.strategy.setAdjuster(support::adjust);
+        consumer.getDefaultMQPushConsumerImpl().registerConsumeMessageHook(support.firstConsumption);
         watcher.onChange(view -> {
             support.handover.read(view.generation());
+            support.firstConsumption.read(view);
             support.triggerRebalance();
             support.checkSettled();
         });

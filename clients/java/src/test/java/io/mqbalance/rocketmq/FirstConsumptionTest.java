@@ -1,0 +1,109 @@
+package io.mqbalance.rocketmq;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.sun.net.httpserver.HttpServer;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import org.apache.rocketmq.client.hook.ConsumeMessageContext;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The first consumption of a queue a generation gave this pod is reported once for that
+ * generation, on the executor, and a sidecar without {@code /v1/trace} is not asked again. Needs
+ * no harness: a local HTTP server answers as the sidecar, the hook is called as RocketMQ calls it.
+ */
+class FirstConsumptionTest {
+    private static final MessageQueue Q0 = new MessageQueue("t", "broker-a", 0);
+    private static final MessageQueue Q1 = new MessageQueue("t", "broker-a", 1);
+
+    private HttpServer server;
+    private final List<String> bodies = new CopyOnWriteArrayList<>();
+    private volatile boolean missing;
+
+    @BeforeEach
+    void start() throws IOException {
+        server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+        server.createContext("/v1/trace", exchange -> {
+            bodies.add(new String(exchange.getRequestBody().readAllBytes(), StandardCharsets.UTF_8));
+            byte[] bytes = (missing
+                ? "{\"error\":\"no endpoint POST /v1/trace; the API is described at /openapi.json\",\"status\":404}"
+                : "{\"traced\":true}").getBytes(StandardCharsets.UTF_8);
+            exchange.sendResponseHeaders(missing ? 404 : 200, bytes.length);
+            try (OutputStream out = exchange.getResponseBody()) {
+                out.write(bytes);
+            }
+        });
+        server.start();
+    }
+
+    @AfterEach
+    void stop() {
+        server.stop(0);
+    }
+
+    private FirstConsumption hook() {
+        // Run on the calling thread: the test sees each report as soon as the hook returns.
+        return new FirstConsumption(new SidecarClient("http://127.0.0.1:" + server.getAddress().getPort()), Runnable::run);
+    }
+
+    private static QueuesView view(long generation, MessageQueue... queues) {
+        List<Object> listed = new ArrayList<>();
+        for (MessageQueue mq : queues) {
+            listed.add(Map.of("brokerName", mq.getBrokerName(), "queueId", mq.getQueueId()));
+        }
+        return QueuesView.fromJson(Map.of("group", "GID_ORDERS", "generation", generation, "queues",
+            Map.of("t", listed)), System.nanoTime());
+    }
+
+    private static ConsumeMessageContext consumed(MessageQueue mq) {
+        ConsumeMessageContext context = new ConsumeMessageContext();
+        context.setMq(mq);
+        return context;
+    }
+
+    @Test
+    void theFirstConsumptionOfAGainedQueueIsReportedOncePerGeneration() throws Exception {
+        FirstConsumption hook = hook();
+        hook.read(view(3, Q0));
+        hook.consumeMessageBefore(consumed(Q0));
+        hook.consumeMessageBefore(consumed(Q0));
+        assertEquals(1, bodies.size(), "once per generation: " + bodies);
+        assertTrue(bodies.get(0).matches("\\{\"group\":\"GID_ORDERS\",\"generation\":3,\"consumedMs\":\\d+}"),
+            bodies.get(0));
+
+        hook.read(view(4, Q0, Q1)); // Q1 gained
+        hook.consumeMessageBefore(consumed(Q0)); // held before: not this move's
+        assertEquals(1, bodies.size());
+        Thread.sleep(5);
+        hook.consumeMessageBefore(consumed(Q1));
+        assertEquals(2, bodies.size());
+        long ms = Long.parseLong(bodies.get(1).replaceAll(".*\"consumedMs\":(\\d+).*", "$1"));
+        assertTrue(ms >= 5, bodies.get(1));
+
+        hook.read(view(5, Q1)); // nothing gained: no move to report
+        hook.consumeMessageBefore(consumed(Q1));
+        assertEquals(2, bodies.size());
+    }
+
+    @Test
+    void aSidecarWithoutTheEndpointIsNotAskedAgain() throws Exception {
+        missing = true;
+        FirstConsumption hook = hook();
+        hook.read(view(3, Q0));
+        hook.consumeMessageBefore(consumed(Q0));
+        hook.read(view(4, Q0, Q1));
+        hook.consumeMessageBefore(consumed(Q1));
+        assertEquals(1, bodies.size(), bodies.toString());
+    }
+}
