@@ -3,36 +3,31 @@ package io.mqbalance.rocketmq;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.Field;
 import java.util.List;
-import java.util.function.BooleanSupplier;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.impl.consumer.DefaultMQPushConsumerImpl;
 import org.apache.rocketmq.client.impl.consumer.PullRequest;
 import org.apache.rocketmq.client.impl.consumer.RebalancePushImpl;
 
 /**
- * RocketMQ's push rebalance, with the first pull of every queue it gains sent at once while the
- * group hands queues over.
+ * RocketMQ's push rebalance, with the first pull of every queue it gains sent at once.
  *
  * <p>RocketMQ 5.x dispatches the first pull of a queue a client gained 500 ms after its rebalance
  * ({@code RebalanceImpl.updateProcessQueueTableInRebalance} calls {@code
- * dispatchPullRequest(pullRequestList, 500)}): time for the queue's previous owner, which let go of
- * it in its own rebalance at about the same moment, to store its offset with a one-way request. With
- * a handover (the sidecar's answers carry a grant: {@code Release} or {@code Orderly}) a queue is
- * given to its new owner only after its old owner has stored its offset and acknowledged, or is known
- * to consume nothing any more, so that wait protects nothing and only delays the move: it is skipped.
- * Without a handover (one step) it is kept. RocketMQ 4.x pulls at once and never calls the two-argument
- * method below, which is then unused.
+ * dispatchPullRequest(pullRequestList, 500)}). The pull's offset is read from the broker before
+ * that wait ({@code computePullFromWhere}), so the wait changes nothing of what is consumed, only
+ * when: with a handover the old owner stored its offset before the queue was given on, and in one
+ * step the offset is the one read at the rebalance either way. The trace of a move showed it as
+ * most of a one-step move's time (docs/benchmarks.md, section 6): it is skipped. RocketMQ 4.x pulls
+ * at once and never calls the two-argument method below, which is then unused.
  */
 final class PromptRebalancePushImpl extends RebalancePushImpl {
     private static final System.Logger LOG = System.getLogger(PromptRebalancePushImpl.class.getName());
 
     private final DefaultMQPushConsumerImpl impl;
-    private final BooleanSupplier prompt;
 
-    private PromptRebalancePushImpl(DefaultMQPushConsumerImpl impl, BooleanSupplier prompt) {
+    private PromptRebalancePushImpl(DefaultMQPushConsumerImpl impl) {
         super(impl);
         this.impl = impl;
-        this.prompt = prompt;
     }
 
     /**
@@ -40,7 +35,7 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
      * in its group, strategy and client instance; the subscriptions made so far are carried over);
      * false when it cannot be, or need not be (4.x).
      */
-    static boolean install(DefaultMQPushConsumer consumer, BooleanSupplier prompt) {
+    static boolean install(DefaultMQPushConsumer consumer) {
         try {
             RebalancePushImpl.class.getMethod("dispatchPullRequest", List.class, long.class);
         } catch (NoSuchMethodException e) {
@@ -54,27 +49,22 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
             if (own.getClass() != RebalancePushImpl.class) {
                 return false; // replaced already, by us or by the application
             }
-            PromptRebalancePushImpl replacement = new PromptRebalancePushImpl(impl, prompt);
+            PromptRebalancePushImpl replacement = new PromptRebalancePushImpl(impl);
             // subscribe() before start() writes into the rebalance itself; start() sets the rest.
             replacement.getSubscriptionInner().putAll(((RebalancePushImpl) own).getSubscriptionInner());
             field.set(impl, replacement);
             return true;
         } catch (ReflectiveOperationException | RuntimeException e) {
-            LOG.log(Level.WARNING, "cannot send a gained queue's first pull at once (RocketMQ waits 500 ms): {0}",
+            LOG.log(Level.WARNING, "cannot send the first pull of a gained queue at once (RocketMQ waits 500 ms): {0}",
                 e.toString());
             return false;
         }
     }
 
-    /** As RocketMQ 5.x's own, with no delay while the group hands queues over. */
+    /** As RocketMQ 5.x's own, without the delay (no {@code @Override}: 4.x has no such method). */
     public void dispatchPullRequest(List<PullRequest> pullRequestList, long delay) {
-        long wait = prompt.getAsBoolean() ? 0 : delay;
         for (PullRequest pullRequest : pullRequestList) {
-            if (wait <= 0) {
-                impl.executePullRequestImmediately(pullRequest);
-            } else {
-                impl.getmQClientFactory().getPullMessageService().executePullRequestLater(pullRequest, wait);
-            }
+            impl.executePullRequestImmediately(pullRequest);
         }
     }
 }

@@ -112,10 +112,7 @@ public final class SidecarPushConsumer implements AutoCloseable {
         requireClientRebalance(consumer);
         shortenRebalanceInterval();
         SidecarWatcher watcher = new SidecarWatcher(sidecar, sidecarGroup);
-        PromptRebalancePushImpl.install(consumer, () -> {
-            QueuesView view = watcher.current();
-            return view != null && view.hasGrant(); // a handover: the old owner let go first
-        });
+        PromptRebalancePushImpl.install(consumer);
         SidecarPushConsumer support = new SidecarPushConsumer(consumer, watcher);
         consumer.setAllocateMessageQueueStrategy(support.strategy);
         if (isClustering(consumer) && consumer.getOffsetStore() == null) {

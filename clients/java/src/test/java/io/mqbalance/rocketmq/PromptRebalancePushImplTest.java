@@ -10,7 +10,7 @@ import org.junit.jupiter.api.Test;
 
 /**
  * On RocketMQ 5.x the push helper puts its rebalance in place of the consumer's own (once), so a
- * queue gained under a handover is pulled at once rather than 500 ms later; 4.x pulls at once and
+ * queue gained is pulled at once rather than 500 ms later; 4.x pulls at once and
  * keeps its own. Needs no harness (the consumer is not started).
  */
 class PromptRebalancePushImplTest {
@@ -25,12 +25,12 @@ class PromptRebalancePushImplTest {
         }
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("orders-consumer");
         consumer.subscribe("orders", "*"); // before install, as applications do
-        assertEquals(delays, PromptRebalancePushImpl.install(consumer, () -> true));
+        assertEquals(delays, PromptRebalancePushImpl.install(consumer));
         assertEquals(java.util.Set.of("orders"),
             consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getSubscriptionInner().keySet(),
             "the subscription made before install is kept");
         assertEquals(delays,
             consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl() instanceof PromptRebalancePushImpl);
-        assertFalse(PromptRebalancePushImpl.install(consumer, () -> true), "replaced once");
+        assertFalse(PromptRebalancePushImpl.install(consumer), "replaced once");
     }
 }
