@@ -112,8 +112,18 @@ public final class SidecarPushConsumer implements AutoCloseable {
         requireClientRebalance(consumer);
         shortenRebalanceInterval();
         SidecarWatcher watcher = new SidecarWatcher(sidecar, sidecarGroup);
-        PromptRebalancePushImpl.install(consumer);
+        // Before the support is made: it keeps the consumer's rebalance. A rebalance that dropped
+        // queues has the support look at once whether it can hand them over.
+        java.util.concurrent.atomic.AtomicReference<SidecarPushConsumer> made =
+            new java.util.concurrent.atomic.AtomicReference<>();
+        PromptRebalancePushImpl.install(consumer, () -> {
+            SidecarPushConsumer s = made.get();
+            if (s != null) {
+                s.checkSettledLater();
+            }
+        });
         SidecarPushConsumer support = new SidecarPushConsumer(consumer, watcher);
+        made.set(support);
         consumer.setAllocateMessageQueueStrategy(support.strategy);
         if (isClustering(consumer) && consumer.getOffsetStore() == null) {
             // Built when start() loads it, on the client instance start() made: with the consumer's
