@@ -840,6 +840,10 @@ def run(
             with contextlib.suppress(Exception):
                 v.stop_all()
     journal = w.operator.journal_records() if w.operator is not None else []
+    # Every sidecar's move lines, read once: each variant's trace takes its group's.
+    lines = [
+        m for log in w.workdir.glob("sidecar-*.log") for m in move_lines(log.read_text(errors="replace"))
+    ]
     for v in active:
         records = [r for r in consumed_records(w.workdir, v.group) if (r[1], r[2], r[3]) in produced]
         score = score_variant(v.name, produced, records, started_epoch_ms, v.killed)
@@ -852,11 +856,6 @@ def run(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
             score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch), v.left)
-            lines = [
-                m
-                for log in w.workdir.glob("sidecar-*.log")
-                for m in move_lines(log.read_text(errors="replace"))
-            ]
             score.trace = trace_figures(lines, journal, v.group)
         scores.append(score)
     return scores

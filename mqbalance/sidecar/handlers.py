@@ -25,6 +25,7 @@ from mqbalance.sidecar.params import (
     route_of,
     served_of,
 )
+from mqbalance.sidecar.state import GroupState
 
 JAVA_LONG_MAX = 2**63 - 1
 ROUND_ROBIN = "round_robin"
@@ -160,6 +161,12 @@ async def get_faults(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].faults_json())
 
 
+def _group_in(request: web.Request, body: dict[str, Any]) -> GroupState:
+    """The group a body's ``group`` names, else the one the request is for (the sidecar's only one)."""
+    name = body.get("group") or None
+    return named_group(request.app[STATE], name) if name else group_of(request)
+
+
 _RELEASE_FIELDS: dict[str, tuple[type, ...]] = {
     "group": (str,),
     "generation": (int,),
@@ -173,9 +180,7 @@ async def release(request: web.Request) -> web.Response:
     """The application let go of every queue outside generation N's share (or of all of them)."""
     check_params(request, ())
     body = await json_body(request, _RELEASE_FIELDS)
-    state = request.app[STATE]
-    name = body.get("group") or None
-    group = named_group(state, name) if name else group_of(request)
+    group = _group_in(request, body)
     generation = body.get("generation")
     if generation is None or generation < 0:
         raise ApiError(400, "field 'generation' is required: the generation whose share you now hold exactly")
@@ -230,8 +235,7 @@ async def trace(request: web.Request) -> web.Response:
     """The application's steps of a move that only it sees: its first consumption of what it gained."""
     check_params(request, ())
     body = await json_body(request, _TRACE_FIELDS)
-    name = body.get("group") or None
-    group = named_group(request.app[STATE], name) if name else group_of(request)
+    group = _group_in(request, body)
     generation = body.get("generation")
     if generation is None or generation < 0:
         raise ApiError(400, "field 'generation' is required: the generation whose move you timed")

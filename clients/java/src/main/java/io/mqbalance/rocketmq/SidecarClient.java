@@ -180,9 +180,7 @@ public class SidecarClient {
             post("/v1/release", body);
             return Release.ACKNOWLEDGED;
         } catch (SidecarException e) {
-            // A sidecar without the endpoint answers "no endpoint POST /v1/release" (or, older
-            // than its JSON errors, plain text); one that serves no such group names the group.
-            if (e.status() == 404 && (e.error() == null || e.error().startsWith("no endpoint"))) {
+            if (noEndpoint(e)) {
                 return Release.NOT_SUPPORTED;
             }
             throw e;
@@ -201,11 +199,19 @@ public class SidecarClient {
             post("/v1/trace", body);
             return true;
         } catch (SidecarException e) {
-            if (e.status() == 404 && (e.error() == null || e.error().startsWith("no endpoint"))) {
+            if (noEndpoint(e)) {
                 return false;
             }
             throw e;
         }
+    }
+
+    /**
+     * A sidecar older than the endpoint answers "no endpoint POST /v1/..." (or, older than its JSON
+     * errors, plain text); one that serves no such group names the group, which is an error.
+     */
+    private static boolean noEndpoint(SidecarException e) {
+        return e.status() == 404 && (e.error() == null || e.error().startsWith("no endpoint"));
     }
 
     private Map<String, Object> get(String path, Duration timeout) throws SidecarException {
