@@ -14,7 +14,7 @@ from mqbalance.producer import Generation, QueueSelector
 from mqbalance.sidecar.app import create_app
 from mqbalance.sidecar.moves import KIND, MoveTrace, reported_steps
 from mqbalance.sidecar.state import SidecarState
-from tests.unit.sidecar.sidecar_support import OTHER, POD, FakeClock, document, make_config, state_of
+from tests.unit.sidecar.sidecar_support import OTHER, POD, Client, FakeClock, document, make_config, state_of
 from tests.unit.sidecar.test_sidecar_handover import Recorder, revoking
 
 
@@ -33,6 +33,17 @@ class Seen:
 def trace(clock: FakeClock) -> tuple[MoveTrace, Seen]:
     seen = Seen()
     return MoveTrace("orders", seen.observe, seen.log, clock), seen
+
+
+async def served(
+    aiohttp_client: AiohttpClient, clock: FakeClock, recorder: Recorder
+) -> tuple[SidecarState, Client]:
+    """The sidecar's state on ``clock`` as its wall and its monotonic clock, and a client of its API."""
+    config = make_config()
+    selector = QueueSelector(generation=Generation.V5, clock=clock.ms, rng=random.Random(7), index_start=0)
+    state = SidecarState(config.pod_name, config.groups, selector, clock=clock, monotonic=clock)
+    client = await aiohttp_client(create_app(config, source=None, state=state, recorder=recorder))  # type: ignore[arg-type]
+    return state, client
 
 
 def test_each_step_is_timed_from_the_receipt_once_and_the_move_is_logged() -> None:
@@ -114,11 +125,8 @@ def test_reported_steps_are_milliseconds_from_zero_to_a_day() -> None:
 @pytest.mark.asyncio
 async def test_the_api_times_a_revoking_move_from_read_to_record(aiohttp_client: AiohttpClient) -> None:
     clock = FakeClock()
-    config = make_config()
-    selector = QueueSelector(generation=Generation.V5, clock=clock.ms, rng=random.Random(7), index_start=0)
-    state = SidecarState(config.pod_name, config.groups, selector, clock=clock, monotonic=clock)
     recorder = Recorder()
-    client = await aiohttp_client(create_app(config, source=None, state=state, recorder=recorder))  # type: ignore[arg-type]
+    state, client = await served(aiohttp_client, clock, recorder)
     held = document(3, {"orders": {POD: [("broker-a", 0), ("broker-a", 1)], OTHER: [("broker-b", 0)]}})
     state_of(client).publish("orders", replace(held, handover=HandoverMode.RELEASE))
     clock.advance(5)
@@ -168,10 +176,7 @@ def test_a_gaining_move_waits_for_its_first_consumption_before_it_is_logged() ->
 @pytest.mark.asyncio
 async def test_the_first_consumption_is_reported_through_the_api(aiohttp_client: AiohttpClient) -> None:
     clock = FakeClock()
-    config = make_config()
-    selector = QueueSelector(generation=Generation.V5, clock=clock.ms, rng=random.Random(7), index_start=0)
-    state = SidecarState(config.pod_name, config.groups, selector, clock=clock, monotonic=clock)
-    client = await aiohttp_client(create_app(config, source=None, state=state, recorder=Recorder()))  # type: ignore[arg-type]
+    state, client = await served(aiohttp_client, clock, Recorder())
     state.publish("orders", document(3, {"orders": {OTHER: [("broker-a", 0), ("broker-a", 1)]}}))
     state.publish("orders", document(4))  # broker-a:0 and broker-a:1 come to this pod
     clock.advance(0.01)

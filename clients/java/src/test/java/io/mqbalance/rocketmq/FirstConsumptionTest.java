@@ -3,15 +3,10 @@ package io.mqbalance.rocketmq;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.sun.net.httpserver.HttpServer;
 import java.io.IOException;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CopyOnWriteArrayList;
 import org.apache.rocketmq.client.hook.ConsumeMessageContext;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.junit.jupiter.api.AfterEach;
@@ -27,34 +22,27 @@ class FirstConsumptionTest {
     private static final MessageQueue Q0 = new MessageQueue("t", "broker-a", 0);
     private static final MessageQueue Q1 = new MessageQueue("t", "broker-a", 1);
 
-    private HttpServer server;
-    private final List<String> bodies = new CopyOnWriteArrayList<>();
+    private AnsweringServer server;
+    private List<String> bodies;
     private volatile boolean missing;
 
     @BeforeEach
     void start() throws IOException {
-        server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
-        server.createContext("/v1/trace", exchange -> {
-            bodies.add(new String(exchange.getRequestBody().readAllBytes(), StandardCharsets.UTF_8));
-            byte[] bytes = (missing
-                ? "{\"error\":\"no endpoint POST /v1/trace; the API is described at /openapi.json\",\"status\":404}"
-                : "{\"traced\":true}").getBytes(StandardCharsets.UTF_8);
-            exchange.sendResponseHeaders(missing ? 404 : 200, bytes.length);
-            try (OutputStream out = exchange.getResponseBody()) {
-                out.write(bytes);
-            }
-        });
-        server.start();
+        server = new AnsweringServer("/v1/trace", body -> missing
+            ? new AnsweringServer.Answer(404,
+                "{\"error\":\"no endpoint POST /v1/trace; the API is described at /openapi.json\",\"status\":404}")
+            : new AnsweringServer.Answer(200, "{\"traced\":true}"));
+        bodies = server.bodies;
     }
 
     @AfterEach
     void stop() {
-        server.stop(0);
+        server.close();
     }
 
     private FirstConsumption hook() {
         // Run on the calling thread: the test sees each report as soon as the hook returns.
-        return new FirstConsumption(new SidecarClient("http://127.0.0.1:" + server.getAddress().getPort()), Runnable::run);
+        return new FirstConsumption(server.client(), Runnable::run);
     }
 
     private static QueuesView view(long generation, MessageQueue... queues) {

@@ -4,13 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.sun.net.httpserver.HttpServer;
 import java.io.IOException;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -22,35 +17,26 @@ import org.junit.jupiter.api.Test;
  * them, then never sends them again. Needs no harness: a local HTTP server answers as either sidecar.
  */
 class HandoverStepsTest {
-    private HttpServer server;
-    private final List<String> bodies = new CopyOnWriteArrayList<>();
+    private AnsweringServer server;
+    private List<String> bodies;
     private volatile boolean old;
 
     @BeforeEach
     void start() throws IOException {
-        server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
-        server.createContext("/v1/release", exchange -> {
-            String body = new String(exchange.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
-            bodies.add(body);
-            boolean refused = old && body.contains("Ms\"");
-            byte[] bytes = (refused
-                ? "{\"error\":\"unknown field(s) appliedMs, committedMs; known: group, generation, all\",\"status\":400}"
-                : "{\"recorded\":true}").getBytes(StandardCharsets.UTF_8);
-            exchange.sendResponseHeaders(refused ? 400 : 200, bytes.length);
-            try (OutputStream out = exchange.getResponseBody()) {
-                out.write(bytes);
-            }
-        });
-        server.start();
+        server = new AnsweringServer("/v1/release", body -> old && body.contains("Ms\"")
+            ? new AnsweringServer.Answer(400,
+                "{\"error\":\"unknown field(s) appliedMs, committedMs; known: group, generation, all\",\"status\":400}")
+            : new AnsweringServer.Answer(200, "{\"recorded\":true}"));
+        bodies = server.bodies;
     }
 
     @AfterEach
     void stop() {
-        server.stop(0);
+        server.close();
     }
 
     private Handover handover() {
-        return new Handover(new SidecarClient("http://127.0.0.1:" + server.getAddress().getPort()));
+        return new Handover(server.client());
     }
 
     @Test

@@ -4,11 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.sun.net.httpserver.HttpServer;
 import java.io.IOException;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -19,33 +15,24 @@ import org.junit.jupiter.api.Test;
  * to stop releasing. Needs no harness: the answers are the sidecar's, from a local HTTP server.
  */
 class SidecarClientReleaseTest {
-    private HttpServer server;
+    private AnsweringServer server;
     private volatile int status;
     private volatile String body;
 
     @BeforeEach
     void start() throws IOException {
-        server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
-        server.createContext("/v1/release", exchange -> {
-            exchange.getRequestBody().readAllBytes();
-            byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
-            exchange.sendResponseHeaders(status, bytes.length);
-            try (OutputStream out = exchange.getResponseBody()) {
-                out.write(bytes);
-            }
-        });
-        server.start();
+        server = new AnsweringServer("/v1/release", request -> new AnsweringServer.Answer(status, body));
     }
 
     @AfterEach
     void stop() {
-        server.stop(0);
+        server.close();
     }
 
     private SidecarClient.Release release(int status, String body) throws SidecarException {
         this.status = status;
         this.body = body;
-        return new SidecarClient("http://127.0.0.1:" + server.getAddress().getPort()).release("orders", 3);
+        return server.client().release("orders", 3);
     }
 
     @Test
