@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from harness import polling
 from harness.paths import tmpfs_root
 from harness.processes.command import run_command, serve_until_interrupted, stop_on_ctrl_c
 from harness.processes.managed import Component
+from harness.processes.net import free_port_block
 from harness.processes.service import Service
 from harness.processes.workdir import WorkDir
 from harness.rocketmq.acl import AUTH_CREATE_ACL, AUTH_CREATE_USER, Acl, acl_broker_settings, plain_acl_yml
@@ -96,26 +96,6 @@ _GET_ALL_TOPIC_CONFIG = 21
 _GET_BROKER_RUNTIME_INFO = 28
 _QUERY_NOT_FOUND = 22
 """RequestCode and ResponseCode values the master-slave helpers use."""
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port_block(offsets: Sequence[int]) -> int:
-    """A port P with P+offset free for every offset (a broker also uses P-2 and P+1)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = int(sock.getsockname()[1])
-        if base - 2 > 1024 and base + 2 < 65535 and all(_port_free(base + o) for o in offsets):
-            return base
-    raise RocketMQError("no block of free ports on 127.0.0.1")
 
 
 class _PortTaken(Exception):
@@ -573,7 +553,7 @@ class RocketMQ(Service):
         ]
 
     def _start_namesrv(self) -> None:
-        self.namesrv_port = _free_port_block((0,))
+        self.namesrv_port = free_port_block((0,))
         conf = self.workdir / "namesrv.conf"
         lines = [f"listenPort={self.namesrv_port}"]
         if self.is_5x:
@@ -590,7 +570,7 @@ class RocketMQ(Service):
         self._wait_for("NameServer", self._cluster_info_or_none, self._namesrv)
 
     def _start_broker(self, name: str, slave: bool = False) -> None:
-        port = _free_port_block((-2, 0, 1))  # fast remoting port, remoting port, HA port
+        port = free_port_block((-2, 0, 1))  # fast remoting port, remoting port, HA port
         (self.slave_ports if slave else self.broker_ports)[name] = port
         label = f"{name}-slave" if slave else name
         store = self.workdir / "store" / label
