@@ -109,6 +109,10 @@ def cost_table(scores: list[Score]) -> str:
     )
 
 
+JOINING_STEPS = ("read", "pulled", "consumed")
+"""The steps shown of a joining pod's first move (its application had just started)."""
+
+
 def trace_table(scores: list[Score]) -> str:
     """Where a move's time goes: the medians of its steps, the operator's and each side's sidecar's."""
     rows = []
@@ -124,6 +128,7 @@ def trace_table(scores: list[Score]) -> str:
                 _f(t.generation_ms, 0),
                 *(_f(old[step], 0) for step in OLD_OWNER_STEPS),
                 *(_f(new[step], 0) for step in NEW_OWNER_STEPS),
+                *(_f(t.joining_ms[step], 0) for step in JOINING_STEPS),
             )
         )
     return table(
@@ -133,6 +138,7 @@ def trace_table(scores: list[Score]) -> str:
             "change to generation",
             *(f"old owner: {step}" for step in OLD_OWNER_STEPS),
             *(f"new owner: {step}" for step in NEW_OWNER_STEPS),
+            *(f"joining pod: {step}" for step in JOINING_STEPS),
         ],
         rows,
     )

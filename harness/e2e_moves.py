@@ -165,7 +165,7 @@ def figures(
 
 OLD_OWNER_STEPS = ("propagation", "read", "applied", "committed", "released", "recorded")
 """A revoking move's steps on the old owner's sidecar, in order (docs/sidecar.md, "The trace of a move")."""
-NEW_OWNER_STEPS = ("propagation", "read", "consumed")
+NEW_OWNER_STEPS = ("propagation", "read", "pulled", "consumed")
 
 
 @dataclass(frozen=True)
@@ -177,15 +177,24 @@ class TraceFigures:
     old_owner_ms: Mapping[str, float]
     """Step -> median over moves that revoked queues, from the old owner's receipt of the generation."""
     new_owner_ms: Mapping[str, float]
-    """Step -> median over moves that only gained queues, from the new owner's receipt."""
+    """Step -> median over moves that only gained queues on a pod that held some before, from the new
+    owner's receipt."""
+    joining_ms: Mapping[str, float]
+    """The same over a pod's first move (it joined: its application had just started)."""
     moves: int
     """Move lines read."""
 
 
+JOINED = "joined"
+"""Key :func:`move_lines` adds: whether the line is the sidecar's first move (its pod joined)."""
+
+
 def move_lines(log_text: str) -> list[dict[str, object]]:
-    """The move lines (``"kind": "mqbalance.move"``) of a sidecar's log."""
+    """The move lines (``"kind": "mqbalance.move"``) of one sidecar's log, the first marked
+    :data:`JOINED`."""
     marker = '{"kind":"mqbalance.move"'
-    return [json.loads(line[line.index(marker) :]) for line in log_text.splitlines() if marker in line]
+    found = [json.loads(line[line.index(marker) :]) for line in log_text.splitlines() if marker in line]
+    return [{**m, JOINED: i == 0} for i, m in enumerate(found)]
 
 
 def trace_figures(
@@ -207,6 +216,7 @@ def trace_figures(
     mine = [line for line in lines if line.get("group") == group]
     revoking = [m for m in mine if m.get("revoked")]
     gaining = [m for m in mine if m.get("gained") and not m.get("revoked")]
+    joining = [m for m in gaining if m.get(JOINED)]
     since = [
         r.since_change_seconds * 1000
         for r in journal
@@ -215,6 +225,7 @@ def trace_figures(
     return TraceFigures(
         generation_ms=median(since),
         old_owner_ms=steps(revoking, OLD_OWNER_STEPS),
-        new_owner_ms=steps(gaining, NEW_OWNER_STEPS),
+        new_owner_ms=steps([m for m in gaining if not m.get(JOINED)], NEW_OWNER_STEPS),
+        joining_ms=steps(joining, NEW_OWNER_STEPS),
         moves=len(mine),
     )

@@ -209,10 +209,15 @@ class SidecarClient:
             body["group"] = self.group
         return self._request("POST", "/v1/release", body)
 
-    def report_consumed(self, generation: int, consumed_ms: float) -> dict[str, Any]:
+    def report_consumed(
+        self, generation: int, consumed_ms: float, pulled_ms: float | None = None
+    ) -> dict[str, Any]:
         """For the trace of a move: the first message of a queue ``generation`` gave this pod was
-        consumed ``consumed_ms`` after reading that generation (``POST /v1/trace``)."""
+        consumed ``consumed_ms`` after reading that generation, and (optional) the first pull of such
+        a queue was sent ``pulled_ms`` after it (``POST /v1/trace``)."""
         body: dict[str, Any] = {"generation": generation, "consumedMs": consumed_ms}
+        if pulled_ms is not None:
+            body["pulledMs"] = pulled_ms
         if self.group is not None:
             body["group"] = self.group
         return self._request("POST", "/v1/trace", body)

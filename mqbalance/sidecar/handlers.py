@@ -226,13 +226,15 @@ async def release(request: web.Request) -> web.Response:
 _TRACE_FIELDS: dict[str, tuple[type, ...]] = {
     "group": (str,),
     "generation": (int,),
+    "pulledMs": (int, float),
     "consumedMs": (int, float),
 }
 
 
 @routes.post("/v1/trace")
 async def trace(request: web.Request) -> web.Response:
-    """The application's steps of a move that only it sees: its first consumption of what it gained."""
+    """The application's steps of a move that only it sees: its first pull and its first consumption
+    of what it gained."""
     check_params(request, ())
     body = await json_body(request, _TRACE_FIELDS)
     group = _group_in(request, body)
@@ -240,12 +242,12 @@ async def trace(request: web.Request) -> web.Response:
     if generation is None or generation < 0:
         raise ApiError(400, "field 'generation' is required: the generation whose move you timed")
     try:
-        reported = reported_steps(body, ("consumedMs",))
+        reported = reported_steps(body, ("pulledMs", "consumedMs"))
     except ValueError as e:
         raise ApiError(400, str(e)) from None
     if "consumedMs" not in reported:
         raise ApiError(400, "field 'consumedMs' is required: milliseconds from reading the generation")
-    traced = group.moves.consumed(generation, reported["consumedMs"])
+    traced = group.moves.consumed(generation, reported["consumedMs"], reported.get("pulledMs"))
     return web.json_response({"group": group.resource, "generation": generation, "traced": traced})
 
 

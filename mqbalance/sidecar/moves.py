@@ -9,8 +9,10 @@ from the moment the sidecar began serving it, on the sidecar's monotonic clock:
   queue committed), placed after the sidecar's ``read``;
 - ``released``: the application's release of it arrived (``POST /v1/release``);
 - ``recorded``: that release was written where the operator reads it;
-- ``consumed``: as the helper reports it (``POST /v1/trace``): milliseconds from its read to the
-  first message consumed from a queue the generation gave the pod, placed after the ``read``.
+- ``pulled``, ``consumed``: as the helper reports them (``POST /v1/trace``): milliseconds from its
+  read to its RocketMQ client sending the first pull of a queue the generation gave the pod (its
+  rebalance took the queue and read the queue's offset), and to the first message consumed from
+  such a queue, placed after the ``read``.
 
 Each step is observed once per move (``mqbalance_sidecar_move_step_seconds``), and each move is
 logged as one JSON line (``"kind": "mqbalance.move"``) once its release is recorded (and, if it gave
@@ -31,7 +33,7 @@ from mqbalance.sidecar.grant import Monotonic
 KIND = "mqbalance.move"
 """The ``kind`` field of a move's log line."""
 
-STEPS = ("read", "applied", "committed", "released", "recorded", "consumed")
+STEPS = ("read", "applied", "committed", "released", "recorded", "pulled", "consumed")
 """The steps, in the order a move takes them."""
 
 REPORTED = {"appliedMs": "applied", "committedMs": "committed"}
@@ -120,15 +122,18 @@ class MoveTrace:
         if move is not None and "recorded" in move.steps and (not move.gained or "consumed" in move.steps):
             self._finish()
 
-    def consumed(self, generation: int, ms: float) -> bool:
+    def consumed(self, generation: int, ms: float, pulled_ms: float | None = None) -> bool:
         """The helper consumed the first message of a queue ``generation`` gave the pod, ``ms`` after
-        it read the generation; whether that counted (the move under way, read and not timed yet)."""
+        it read the generation (its first pull of such a queue ``pulled_ms`` after, if it says);
+        whether that counted (the move under way, read and not timed yet)."""
         move = self.current
         if move is None or move.generation != generation or "consumed" in move.steps:
             return False
         read = move.steps.get("read")
         if read is None:
             return False
+        if pulled_ms is not None:
+            self._set(move, "pulled", read + min(pulled_ms, ms) / 1000.0)
         self._set(move, "consumed", read + ms / 1000.0)
         if "recorded" in move.steps:
             self._finish()

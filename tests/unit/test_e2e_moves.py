@@ -136,20 +136,25 @@ def test_the_trace_is_the_median_of_each_step_the_revoking_and_the_gaining_apart
             '2026-11-29 10:00:00,002 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"g",'
             '"generation":4,"gained":0,"revoked":1,"propagationMs":30.0,"readMs":4.0,"appliedMs":50.0}',
             '2026-11-29 10:00:00,003 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"g",'
-            '"generation":5,"gained":2,"revoked":0,"propagationMs":20.0,"readMs":7.0}',
+            '"generation":5,"gained":2,"revoked":0,"propagationMs":20.0,"readMs":7.0,"pulledMs":9.0}',
             '2026-11-29 10:00:00,004 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"other",'
             '"generation":5,"gained":2,"revoked":0,"readMs":700.0}',
         ]
     )
-    lines = move_lines(log)
-    assert len(lines) == 4
+    joined = (
+        '2026-11-29 09:59:00,000 INFO mqbalance.sidecar.state: {"kind":"mqbalance.move","group":"g",'
+        '"generation":2,"gained":3,"revoked":0,"readMs":5.0,"consumedMs":900.0}'
+    )
+    lines = move_lines(joined) + move_lines(log)
+    assert len(lines) == 5
+    assert [line["joined"] for line in lines] == [True, True, False, False, False]
     journal = [
         replace(line(3, 1.0, {"a": [Q0]}), since_change_seconds=0.004),
         replace(line(4, 2.0, {"a": [Q0]}), since_change_seconds=0.012),
         line(5, 3.0, {"a": [Q0]}),  # not measured
     ]
     trace = trace_figures(lines, journal, "g")
-    assert trace.moves == 3
+    assert trace.moves == 4
     assert trace.generation_ms == pytest.approx(8.0)
     assert trace.old_owner_ms["propagation"] == 20.0
     assert trace.old_owner_ms["read"] == 3.0
@@ -158,4 +163,6 @@ def test_the_trace_is_the_median_of_each_step_the_revoking_and_the_gaining_apart
     assert math.isnan(trace.old_owner_ms["recorded"])
     assert trace.new_owner_ms["propagation"] == 20.0
     assert trace.new_owner_ms["read"] == 7.0
+    assert trace.new_owner_ms["pulled"] == 9.0
     assert math.isnan(trace.new_owner_ms["consumed"])
+    assert trace.joining_ms["consumed"] == 900.0, "a joining pod's first move apart"

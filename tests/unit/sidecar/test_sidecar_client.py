@@ -56,7 +56,7 @@ async def test_client_covers_the_api(aiohttp_server: AiohttpServer) -> None:
     # Generation 2 changed nothing of this pod's: no move to trace; the steps reach the sidecar all the same.
     released = await asyncio.to_thread(lambda: client.release(2, applied_ms=3, committed_ms=4.5))
     assert released["generation"] == 2
-    assert (await asyncio.to_thread(client.report_consumed, 2, 12.5))["traced"] is False
+    assert (await asyncio.to_thread(client.report_consumed, 2, 12.5, 3.0))["traced"] is False
 
 
 async def test_an_unreachable_sidecar_is_status_0(unused_tcp_port: int) -> None:

@@ -167,10 +167,12 @@ def test_a_gaining_move_waits_for_its_first_consumption_before_it_is_logged() ->
     moves.recorded(8)
     assert seen.lines == [], "its first consumption is still to come"
     assert not moves.consumed(7, 100.0), "another generation's"
-    assert moves.consumed(8, 150.0)
+    assert moves.consumed(8, 150.0, pulled_ms=20.0)
     assert not moves.consumed(8, 300.0), "counted once"
-    assert seen.steps[-1] == ("consumed", 0.152)
-    assert [(line["generation"], line["consumedMs"]) for line in seen.lines] == [(8, 152.0)]
+    assert seen.steps[-2:] == [("pulled", 0.022), ("consumed", 0.152)]
+    assert [(line["generation"], line["pulledMs"], line["consumedMs"]) for line in seen.lines] == [
+        (8, 22.0, 152.0)
+    ]
 
 
 @pytest.mark.asyncio
@@ -185,15 +187,16 @@ async def test_the_first_consumption_is_reported_through_the_api(aiohttp_client:
         {"generation": 4},
         {"consumedMs": 3},
         {"generation": 4, "consumedMs": -1},
+        {"generation": 4, "consumedMs": 3, "pulledMs": "soon"},
         {"generation": 4, "x": 1},
     ):
         resp = await client.post("/v1/trace", json=bad)
         assert resp.status == 400, bad
-    resp = await client.post("/v1/trace", json={"generation": 4, "consumedMs": 90})
+    resp = await client.post("/v1/trace", json={"generation": 4, "pulledMs": 30, "consumedMs": 90})
     assert await resp.json() == {"group": "orders", "generation": 4, "traced": True}
-    labels = {"group": "orders", "step": "consumed"}
-    assert state.metrics.registry.get_sample_value(
-        "mqbalance_sidecar_move_step_seconds_sum", labels
-    ) == pytest.approx(0.1)
+    for step, seconds in (("pulled", 0.04), ("consumed", 0.1)):
+        assert state.metrics.registry.get_sample_value(
+            "mqbalance_sidecar_move_step_seconds_sum", {"group": "orders", "step": step}
+        ) == pytest.approx(seconds)
     again = await client.post("/v1/trace", json={"generation": 4, "consumedMs": 90})
     assert (await again.json())["traced"] is False

@@ -10,10 +10,11 @@ import org.apache.rocketmq.client.hook.ConsumeMessageHook;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
- * The last step of a move's trace, which only the application sees: its first consumption of a
- * queue a generation gave it, reported to the sidecar ({@code POST /v1/trace}, {@code consumedMs}
- * from reading the generation) once per generation that gave it queues. A sidecar without the
- * endpoint (404) is not asked again. Off the consume thread: the report goes on {@code executor}.
+ * The last steps of a move's trace, which only the application sees: its first pull of a queue a
+ * generation gave it and its first consumption of such a queue, reported to the sidecar ({@code
+ * POST /v1/trace}, {@code pulledMs} and {@code consumedMs} from reading the generation) once per
+ * generation that gave it queues, at the first consumption. A sidecar without the endpoint (404)
+ * is not asked again. Off the consume thread: the report goes on {@code executor}.
  */
 final class FirstConsumption implements ConsumeMessageHook {
     private static final System.Logger LOG = System.getLogger(FirstConsumption.class.getName());
@@ -25,6 +26,8 @@ final class FirstConsumption implements ConsumeMessageHook {
     private String group;
     private long generation = -1;
     private long readNanos;
+    private boolean pulled;
+    private long pulledNanos;
     private Set<MessageQueue> gained = Set.of();
     private volatile boolean pending;
 
@@ -43,8 +46,22 @@ final class FirstConsumption implements ConsumeMessageHook {
             group = view.group();
             generation = view.generation();
             readNanos = System.nanoTime();
+            pulled = false;
             gained = fresh;
             pending = true;
+        }
+    }
+
+    /** The client sent the first pull of {@code mq} (its rebalance took it and read its offset). */
+    void pulling(MessageQueue mq) {
+        if (!pending || !supported) {
+            return;
+        }
+        synchronized (this) {
+            if (pending && !pulled && gained.contains(mq)) {
+                pulled = true;
+                pulledNanos = System.nanoTime();
+            }
         }
     }
 
@@ -59,6 +76,7 @@ final class FirstConsumption implements ConsumeMessageHook {
             return; // the hot path: nothing to report
         }
         long ms;
+        long pulledMs;
         long reported;
         String reportedGroup;
         synchronized (this) {
@@ -67,11 +85,12 @@ final class FirstConsumption implements ConsumeMessageHook {
             }
             pending = false;
             ms = Math.max(0, (System.nanoTime() - readNanos) / 1_000_000L);
+            pulledMs = pulled ? Math.min(ms, Math.max(0, (pulledNanos - readNanos) / 1_000_000L)) : -1;
             reported = generation;
             reportedGroup = group;
         }
         try {
-            executor.execute(() -> report(reportedGroup, reported, ms));
+            executor.execute(() -> report(reportedGroup, reported, pulledMs, ms));
         } catch (RejectedExecutionException e) {
             // shutting down
         }
@@ -81,9 +100,9 @@ final class FirstConsumption implements ConsumeMessageHook {
     public void consumeMessageAfter(ConsumeMessageContext context) {
     }
 
-    private void report(String group, long generation, long consumedMs) {
+    private void report(String group, long generation, long pulledMs, long consumedMs) {
         try {
-            if (!client.trace(group, generation, consumedMs)) {
+            if (!client.trace(group, generation, pulledMs, consumedMs)) {
                 supported = false;
                 LOG.log(Level.INFO, "sidecar {0} has no /v1/trace (404): the first consumptions of moves are "
                     + "not reported", client.baseUri());

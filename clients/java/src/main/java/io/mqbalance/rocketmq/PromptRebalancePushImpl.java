@@ -4,6 +4,7 @@ import java.lang.System.Logger.Level;
 import java.lang.reflect.Field;
 import java.util.List;
 import java.util.Set;
+import java.util.function.Consumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.impl.consumer.DefaultMQPushConsumerImpl;
 import org.apache.rocketmq.client.impl.consumer.PullRequest;
@@ -25,26 +26,29 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *
  * <p>{@code messageQueueChanged} (both lines) follows the rebalance's drop of the queues a generation
  * took away: the helper looks at once whether it can commit and release them, instead of at its
- * next periodic look.
+ * next periodic look. Each first pull of a gained queue is told to the move's trace as it is sent.
  */
 final class PromptRebalancePushImpl extends RebalancePushImpl {
     private static final System.Logger LOG = System.getLogger(PromptRebalancePushImpl.class.getName());
 
     private final DefaultMQPushConsumerImpl impl;
     private final Runnable changed;
+    private final Consumer<MessageQueue> pulling;
 
-    private PromptRebalancePushImpl(DefaultMQPushConsumerImpl impl, Runnable changed) {
+    private PromptRebalancePushImpl(DefaultMQPushConsumerImpl impl, Runnable changed, Consumer<MessageQueue> pulling) {
         super(impl);
         this.impl = impl;
         this.changed = changed;
+        this.pulling = pulling;
     }
 
     /**
      * Put this rebalance in place of {@code consumer}'s own (not yet started: {@code start()} fills
      * in its group, strategy and client instance; the subscriptions made so far are carried over),
-     * {@code changed} run after each rebalance that changed the queues held; false when it cannot be.
+     * {@code changed} run after each rebalance that changed the queues held, {@code pulling} told of
+     * each queue whose first pull a rebalance sends; false when it cannot be.
      */
-    static boolean install(DefaultMQPushConsumer consumer, Runnable changed) {
+    static boolean install(DefaultMQPushConsumer consumer, Runnable changed, Consumer<MessageQueue> pulling) {
         DefaultMQPushConsumerImpl impl = consumer.getDefaultMQPushConsumerImpl();
         try {
             Field field = DefaultMQPushConsumerImpl.class.getDeclaredField("rebalanceImpl");
@@ -53,7 +57,7 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
             if (own.getClass() != RebalancePushImpl.class) {
                 return false; // replaced already, by us or by the application
             }
-            PromptRebalancePushImpl replacement = new PromptRebalancePushImpl(impl, changed);
+            PromptRebalancePushImpl replacement = new PromptRebalancePushImpl(impl, changed, pulling);
             // subscribe() before start() writes into the rebalance itself; start() sets the rest.
             replacement.getSubscriptionInner().putAll(((RebalancePushImpl) own).getSubscriptionInner());
             field.set(impl, replacement);
@@ -76,7 +80,13 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
 
     /** As RocketMQ 5.x's own, without the delay (no {@code @Override}: 4.x has no such method). */
     public void dispatchPullRequest(List<PullRequest> pullRequestList, long delay) {
+        dispatchPullRequest(pullRequestList);
+    }
+
+    /** As RocketMQ 4.x's own (no {@code @Override}: 5.x has no such method). */
+    public void dispatchPullRequest(List<PullRequest> pullRequestList) {
         for (PullRequest pullRequest : pullRequestList) {
+            pulling.accept(pullRequest.getMessageQueue());
             impl.executePullRequestImmediately(pullRequest);
         }
     }

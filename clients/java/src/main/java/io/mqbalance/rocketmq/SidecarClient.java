@@ -189,12 +189,13 @@ public class SidecarClient {
 
     /**
      * Report for the move's trace that the application consumed the first message of a queue
-     * {@code generation} gave it, {@code consumedMs} after reading that generation ({@code POST
+     * {@code generation} gave it, {@code consumedMs} after reading that generation, and sent the
+     * first pull of such a queue {@code pulledMs} after it (negative: not seen) ({@code POST
      * /v1/trace}); false when the sidecar has no such endpoint (older than the trace).
      */
-    public boolean trace(String group, long generation, long consumedMs) throws SidecarException {
-        String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation + ",\"consumedMs\":"
-            + consumedMs + "}";
+    public boolean trace(String group, long generation, long pulledMs, long consumedMs) throws SidecarException {
+        String body = "{\"group\":" + Json.quote(group) + ",\"generation\":" + generation
+            + (pulledMs >= 0 ? ",\"pulledMs\":" + pulledMs : "") + ",\"consumedMs\":" + consumedMs + "}";
         try {
             post("/v1/trace", body);
             return true;

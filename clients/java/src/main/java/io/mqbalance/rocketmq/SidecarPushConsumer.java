@@ -121,6 +121,11 @@ public final class SidecarPushConsumer implements AutoCloseable {
             if (s != null) {
                 s.checkSettledLater();
             }
+        }, mq -> {
+            SidecarPushConsumer s = made.get();
+            if (s != null) {
+                s.firstConsumption.pulling(mq);
+            }
         });
         SidecarPushConsumer support = new SidecarPushConsumer(consumer, watcher);
         made.set(support);

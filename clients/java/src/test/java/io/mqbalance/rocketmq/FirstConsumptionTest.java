@@ -71,13 +71,17 @@ class FirstConsumptionTest {
             bodies.get(0));
 
         hook.read(view(4, Q0, Q1)); // Q1 gained
-        hook.consumeMessageBefore(consumed(Q0)); // held before: not this move's
+        hook.pulling(Q0); // held before: not this move's
+        hook.consumeMessageBefore(consumed(Q0));
         assertEquals(1, bodies.size());
+        Thread.sleep(5);
+        hook.pulling(Q1);
         Thread.sleep(5);
         hook.consumeMessageBefore(consumed(Q1));
         assertEquals(2, bodies.size());
+        long pulled = Long.parseLong(bodies.get(1).replaceAll(".*\"pulledMs\":(\\d+).*", "$1"));
         long ms = Long.parseLong(bodies.get(1).replaceAll(".*\"consumedMs\":(\\d+).*", "$1"));
-        assertTrue(ms >= 5, bodies.get(1));
+        assertTrue(pulled >= 5 && ms >= pulled + 5, bodies.get(1));
 
         hook.read(view(5, Q1)); // nothing gained: no move to report
         hook.consumeMessageBefore(consumed(Q1));

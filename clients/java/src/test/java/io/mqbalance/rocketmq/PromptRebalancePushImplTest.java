@@ -4,16 +4,21 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.impl.consumer.PullRequest;
 import org.apache.rocketmq.client.impl.consumer.RebalanceImpl;
+import org.apache.rocketmq.common.message.MessageQueue;
 import org.junit.jupiter.api.Test;
 
 /**
  * The push helper puts its rebalance in place of the consumer's own (once, on both lines): on 5.x a
  * queue gained is pulled at once rather than 500 ms later (4.x pulls at once), and a rebalance that
- * changed the queues held tells the helper. Needs no harness (the consumer is not started).
+ * changed the queues held tells the helper, as does each first pull it sends (for the move's trace).
+ * Needs no harness (the consumer is not started).
  */
 class PromptRebalancePushImplTest {
     @Test
@@ -21,12 +26,14 @@ class PromptRebalancePushImplTest {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("orders-consumer");
         consumer.subscribe("orders", "*"); // before install, as applications do
         AtomicInteger changes = new AtomicInteger();
-        assertTrue(PromptRebalancePushImpl.install(consumer, changes::incrementAndGet));
+        List<MessageQueue> pulled = new ArrayList<>();
+        assertTrue(PromptRebalancePushImpl.install(consumer, changes::incrementAndGet, pulled::add));
         RebalanceImpl rebalance = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl();
         assertEquals(Set.of("orders"), rebalance.getSubscriptionInner().keySet(),
             "the subscription made before install is kept");
         assertTrue(rebalance instanceof PromptRebalancePushImpl);
-        assertFalse(PromptRebalancePushImpl.install(consumer, changes::incrementAndGet), "replaced once");
+        assertFalse(PromptRebalancePushImpl.install(consumer, changes::incrementAndGet, pulled::add),
+            "replaced once");
 
         try {
             rebalance.messageQueueChanged("orders", Set.of(), Set.of());
@@ -34,5 +41,14 @@ class PromptRebalancePushImplTest {
             // not started: RocketMQ's own part needs the client instance start() makes
         }
         assertEquals(1, changes.get(), "the helper hears of the change");
+
+        PullRequest first = new PullRequest();
+        first.setMessageQueue(new MessageQueue("orders", "broker-a", 3));
+        try {
+            ((PromptRebalancePushImpl) rebalance).dispatchPullRequest(List.of(first), 500);
+        } catch (RuntimeException e) {
+            // not started: no pull service to send it
+        }
+        assertEquals(List.of(first.getMessageQueue()), pulled, "the trace hears of the first pull");
     }
 }
