@@ -277,4 +277,39 @@ func TestHandoverWithMessagesInFlight(t *testing.T) {
 	if n, d := log.count(""), log.distinct(); n != d || d != 2*backlog {
 		t.Fatalf("%d consumptions of %d distinct offsets, want %d each: %s", n, d, 2*backlog, summary())
 	}
+
+	// The helpers' steps reached the trace: p0's of the revocation (generation 2) with its release,
+	// p1's first consumption of what generation 3 gave it. Each sidecar logs a move once the next
+	// one (generation 4) replaces it.
+	for _, want := range []struct {
+		pod        string
+		generation float64
+		steps      []string
+	}{{"p0", 2, []string{"appliedMs", "committedMs", "releasedMs"}}, {"p1", 3, []string{"consumedMs"}}} {
+		var found map[string]any
+		await(t, fmt.Sprintf("%s's move line of generation %v", want.pod, want.generation), 30*time.Second,
+			func() bool {
+				found = moveLine(e, want.pod, want.generation)
+				return found != nil
+			}, func() string { return "none in " + filepath.Join(e.Logs, "sidecar-"+want.pod+".log") })
+		for _, step := range want.steps {
+			if _, ok := found[step].(float64); !ok {
+				t.Fatalf("%s's move of generation %v has no %s: %v", want.pod, want.generation, step, found)
+			}
+		}
+	}
+}
+
+// moveLine is the move line (docs/sidecar.md, "The trace of a move") of generation in pod's
+// sidecar log, nil while there is none.
+func moveLine(e *env, pod string, generation float64) map[string]any {
+	raw, _ := os.ReadFile(filepath.Join(e.Logs, "sidecar-"+pod+".log"))
+	for _, line := range strings.Split(string(raw), "\n") {
+		i := strings.Index(line, `{"kind":"mqbalance.move"`)
+		var move map[string]any
+		if i >= 0 && json.Unmarshal([]byte(line[i:]), &move) == nil && move["generation"] == generation {
+			return move
+		}
+	}
+	return nil
 }

@@ -132,6 +132,12 @@ type PushConsumer struct {
 	warnedAt   time.Time
 	handedOver int64
 
+	// trace times this application's steps of each move; reportsSteps and traces turn off against a
+	// sidecar older than the trace.
+	trace        *moveTrace
+	reportsSteps bool
+	traces       bool
+
 	// advancing makes one goroutine at a time hand queues over: a hole is consumed once.
 	advancing sync.Mutex
 	stop      chan struct{}
@@ -153,9 +159,11 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 	}
 	p := &PushConsumer{cfg: cfg, callbacks: map[string]Callback{}, allocated: map[string]int64{},
 		states: map[Queue]*queueState{}, settling: map[Queue]*queueState{}, released: -1, supported: true,
-		nudgedFor: -1, stop: make(chan struct{}), loopDone: make(chan struct{})}
+		trace: newMoveTrace(), reportsSteps: true, traces: true, nudgedFor: -1, stop: make(chan struct{}),
+		loopDone: make(chan struct{})}
 	p.idle = sync.NewCond(&p.mu)
-	p.watcher = NewWatcher(cfg.Sidecar, cfg.SidecarGroup, func(*View) {
+	p.watcher = NewWatcher(cfg.Sidecar, cfg.SidecarGroup, func(v *View) {
+		p.trace.readView(v)
 		p.triggerRebalance()
 		p.checkSettled()
 	})
@@ -286,6 +294,13 @@ func (p *PushConsumer) allocate(group, cid string, mqAll []*primitive.MessageQue
 		return true
 	})
 	p.allocated[topic] = view.Generation
+	applied := true
+	for t := range p.callbacks {
+		applied = applied && p.allocated[t] >= view.Generation
+	}
+	if applied {
+		p.trace.appliedNow(view.Generation)
+	}
 	return out
 }
 
@@ -337,8 +352,12 @@ func (p *PushConsumer) consume(ctx context.Context, f Callback, msgs []*primitiv
 	}
 	st := p.state(q)
 	st.running++
+	traces := p.traces
 	p.mu.Unlock()
 	defer p.callEnded(q, st)
+	if generation, after, first := p.trace.firstConsumption(q); first && traces {
+		go p.reportConsumed(generation, after)
+	}
 	if !p.watcher.AwaitGrant(func() bool { return pq.IsDroppd() || p.isClosed() }) {
 		return consumer.ConsumeRetryLater, errors.New("mqbalance: no grant")
 	}
@@ -412,8 +431,13 @@ func (p *PushConsumer) advance() {
 			p.handedOver++
 		}
 		leaving := p.leaving
+		committed := len(p.settling) == 0
 		p.mu.Unlock()
-		if v := p.watcher.Current(); !leaving && v != nil && v.Holds(q) {
+		v := p.watcher.Current()
+		if committed && v != nil {
+			p.trace.committedNow(v.Generation)
+		}
+		if !leaving && v != nil && v.Holds(q) {
 			p.triggerRebalance() // given back meanwhile: take it again now
 		}
 	}
@@ -484,7 +508,7 @@ func (p *PushConsumer) checkSettled() bool {
 			return false
 		}
 	}
-	err := p.cfg.Sidecar.Release(context.Background(), view.Group, view.Generation, false)
+	err := p.release(view)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -501,6 +525,38 @@ func (p *PushConsumer) checkSettled() bool {
 			p.warnedAt = time.Now()
 		}
 		return false
+	}
+}
+
+// release releases view's generation, with this application's steps of the move while the sidecar
+// takes them.
+func (p *PushConsumer) release(view *View) error {
+	p.mu.Lock()
+	reports := p.reportsSteps
+	p.mu.Unlock()
+	steps := p.trace.steps(view.Generation)
+	if !reports || steps.Applied < 0 && steps.Committed < 0 {
+		return p.cfg.Sidecar.Release(context.Background(), view.Group, view.Generation, false)
+	}
+	err := p.cfg.Sidecar.ReleaseSteps(context.Background(), view.Group, view.Generation, steps)
+	if !errors.Is(err, ErrStepsNotSupported) {
+		return err
+	}
+	p.mu.Lock()
+	p.reportsSteps = false
+	p.mu.Unlock()
+	return p.cfg.Sidecar.Release(context.Background(), view.Group, view.Generation, false)
+}
+
+// reportConsumed tells the sidecar of the first consumption of a queue generation gave this pod.
+func (p *PushConsumer) reportConsumed(generation int64, after time.Duration) {
+	err := p.cfg.Sidecar.Trace(context.Background(), p.watcher.Group(), generation, after)
+	if errors.Is(err, ErrTraceNotSupported) {
+		p.mu.Lock()
+		p.traces = false
+		p.mu.Unlock()
+		log.Printf("mqbalance: sidecar %s has no /v1/trace: the first consumptions of moves are not reported",
+			p.cfg.Sidecar.URL())
 	}
 }
 

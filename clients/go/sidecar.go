@@ -152,6 +152,33 @@ var ErrReleaseNotSupported = fmt.Errorf("the sidecar has no /v1/release: handove
 // lost are no longer fetched, their calls finished, their offsets committed); with all, it holds
 // nothing and takes nothing more (it is shutting down).
 func (c *Client) Release(ctx context.Context, group string, generation int64, all bool) error {
+	return c.release(ctx, group, generation, all, Steps{Applied: -1, Committed: -1})
+}
+
+// Steps are an application's steps of a move for the sidecar's trace (docs/sidecar.md, "The trace
+// of a move"), each from its read of the generation; a negative one was not taken.
+type Steps struct {
+	// Applied: its RocketMQ client applied the generation (revoked queues no longer fetched).
+	Applied time.Duration
+	// Committed: the last offset of a queue the generation revoked was committed.
+	Committed time.Duration
+}
+
+// ErrStepsNotSupported is ReleaseSteps's answer from a sidecar older than the trace of a move: it
+// refused the steps and recorded nothing; release without them.
+var ErrStepsNotSupported = fmt.Errorf("the sidecar takes no move steps with a release (older than the trace)")
+
+// ReleaseSteps is Release (not all) with this application's steps of the move.
+func (c *Client) ReleaseSteps(ctx context.Context, group string, generation int64, steps Steps) error {
+	err := c.release(ctx, group, generation, false, steps)
+	var e *Error
+	if err != nil && asError(err, &e) && e.Status == 400 && strings.Contains(e.Message, "unknown field") {
+		return ErrStepsNotSupported
+	}
+	return err
+}
+
+func (c *Client) release(ctx context.Context, group string, generation int64, all bool, steps Steps) error {
 	body := map[string]any{"generation": generation}
 	if group != "" {
 		body["group"] = group
@@ -159,12 +186,42 @@ func (c *Client) Release(ctx context.Context, group string, generation int64, al
 	if all {
 		body["all"] = true
 	}
+	if steps.Applied >= 0 {
+		body["appliedMs"] = steps.Applied.Milliseconds()
+	}
+	if steps.Committed >= 0 {
+		body["committedMs"] = steps.Committed.Milliseconds()
+	}
 	_, err := c.do(ctx, http.MethodPost, "/v1/release", body, 2*time.Second)
-	var e *Error
-	if err != nil && asError(err, &e) && e.Status == 404 && strings.Contains(e.Message, "no endpoint") {
+	if noEndpoint(err) {
 		return ErrReleaseNotSupported
 	}
 	return err
+}
+
+// ErrTraceNotSupported is Trace's answer from a sidecar without POST /v1/trace (older than the
+// trace of a move): do not ask it again.
+var ErrTraceNotSupported = fmt.Errorf("the sidecar has no /v1/trace")
+
+// Trace reports for the trace of a move that the application consumed the first message of a
+// queue generation gave it, consumed after reading that generation.
+func (c *Client) Trace(ctx context.Context, group string, generation int64, consumed time.Duration) error {
+	body := map[string]any{"generation": generation, "consumedMs": consumed.Milliseconds()}
+	if group != "" {
+		body["group"] = group
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/trace", body, 2*time.Second)
+	if noEndpoint(err) {
+		return ErrTraceNotSupported
+	}
+	return err
+}
+
+// noEndpoint: a sidecar older than an endpoint answers 404 "no endpoint ..."; one that serves no
+// such group names the group, which is an error.
+func noEndpoint(err error) bool {
+	var e *Error
+	return err != nil && asError(err, &e) && e.Status == 404 && strings.Contains(e.Message, "no endpoint")
 }
 
 func asError(err error, target **Error) bool {
