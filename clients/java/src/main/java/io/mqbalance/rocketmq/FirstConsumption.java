@@ -30,6 +30,7 @@ final class FirstConsumption implements ConsumeMessageHook {
     private long pulledNanos;
     private Set<MessageQueue> gained = Set.of();
     private volatile boolean pending;
+    private volatile long reported = -1;
 
     FirstConsumption(SidecarClient client, Executor executor) {
         this.client = client;
@@ -65,6 +66,11 @@ final class FirstConsumption implements ConsumeMessageHook {
         }
     }
 
+    /** The last generation whose first consumption the sidecar took, or -1. */
+    long reportedGeneration() {
+        return reported;
+    }
+
     @Override
     public String hookName() {
         return "mqbalance-first-consumption";
@@ -72,6 +78,11 @@ final class FirstConsumption implements ConsumeMessageHook {
 
     @Override
     public void consumeMessageBefore(ConsumeMessageContext context) {
+        handedOut(context.getMq());
+    }
+
+    /** The application is handed messages of {@code mq}: a consume call starts, or a poll returns them. */
+    void handedOut(MessageQueue mq) {
         if (!pending || !supported) {
             return; // the hot path: nothing to report
         }
@@ -80,7 +91,7 @@ final class FirstConsumption implements ConsumeMessageHook {
         long reported;
         String reportedGroup;
         synchronized (this) {
-            if (!pending || !gained.contains(context.getMq())) {
+            if (!pending || !gained.contains(mq)) {
                 return;
             }
             pending = false;
@@ -102,7 +113,9 @@ final class FirstConsumption implements ConsumeMessageHook {
 
     private void report(String group, long generation, long pulledMs, long consumedMs) {
         try {
-            if (!client.trace(group, generation, pulledMs, consumedMs)) {
+            if (client.trace(group, generation, pulledMs, consumedMs)) {
+                reported = generation;
+            } else {
                 supported = false;
                 LOG.log(Level.INFO, "sidecar {0} has no /v1/trace (404): the first consumptions of moves are "
                     + "not reported", client.baseUri());

@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.concurrent.ForkJoinPool;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.exception.MQClientException;
@@ -58,12 +59,18 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
     private long appliedGeneration = -1;
     private boolean pausedAll;
     private volatile long grantWaits;
+    private final FirstConsumption firstConsumption;
 
     public SidecarLitePullConsumer(DefaultLitePullConsumer consumer, SidecarClient sidecar, String sidecarGroup) {
         this.consumer = consumer;
         this.watcher = new SidecarWatcher(sidecar, sidecarGroup);
         this.handover = new Handover(sidecar);
-        watcher.onChange(view -> handover.read(view.generation()));
+        // Reported off the polling thread; one small request per move.
+        this.firstConsumption = new FirstConsumption(sidecar, ForkJoinPool.commonPool());
+        watcher.onChange(view -> {
+            handover.read(view.generation());
+            firstConsumption.read(view);
+        });
     }
 
     /** Wire the offset store, start the consumer and the sidecar watcher. */
@@ -102,6 +109,11 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
         return Collections.unmodifiableSet(new TreeSet<>(uncommitted.keySet()));
     }
 
+    /** The last generation whose first consumption of a gained queue the sidecar was told of, or -1. */
+    long tracedGeneration() {
+        return firstConsumption.reportedGeneration();
+    }
+
     /** The sidecar generation the assignment follows, or -1 before the first. */
     public long appliedGeneration() {
         return appliedGeneration;
@@ -138,6 +150,7 @@ public final class SidecarLitePullConsumer implements AutoCloseable {
             }
             nextOffsets.merge(mq, m.getQueueOffset() + 1, Math::max);
             kept.add(m);
+            firstConsumption.handedOut(mq);
         }
         return kept;
     }

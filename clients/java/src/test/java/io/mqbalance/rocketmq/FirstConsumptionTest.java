@@ -67,6 +67,7 @@ class FirstConsumptionTest {
         hook.consumeMessageBefore(consumed(Q0));
         hook.consumeMessageBefore(consumed(Q0));
         assertEquals(1, bodies.size(), "once per generation: " + bodies);
+        assertEquals(3, hook.reportedGeneration());
         assertTrue(bodies.get(0).matches("\\{\"group\":\"GID_ORDERS\",\"generation\":3,\"consumedMs\":\\d+}"),
             bodies.get(0));
 

@@ -78,6 +78,9 @@ class LitePullConsumerTest {
                 // Only now does p1 start on broker-b (the order the operator's handover will enforce).
                 pollUntilBoth(p0, p1, seen, 64);
                 assertEquals(new TreeSet<>(B), p1.assignedQueues());
+                // p1's first poll of what generation 2 gave it reached the sidecar's trace of the move.
+                TestEnv.await("p1 to report its first consumption of generation 2", Duration.ofSeconds(10),
+                    () -> p1.tracedGeneration() == 2);
             } finally {
                 p0.shutdown();
                 p1.shutdown();
