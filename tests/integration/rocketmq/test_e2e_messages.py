@@ -96,7 +96,7 @@ def test_a_paused_and_resumed_group_loses_and_repeats_nothing(e2e_world: World) 
     assert score.duplicates == 0, f"{score.duplicates} duplicates"
     assert not consumer_problems(score), "\n".join(consumer_problems(score))
     # Nothing was consumed while paused: every queue the producer wrote to waited out the pause.
-    assert len(score.idle_queues(5.0)) == len(score.produced_queues), score.queue_gaps
+    assert len(score.idle_queues(5.0)) == len(score.produced_queues), sorted(score.queue_gaps.items())
     assert_nothing_overridden(e2e_world, "e2e-pause-mqbalance-handover")
 
 
