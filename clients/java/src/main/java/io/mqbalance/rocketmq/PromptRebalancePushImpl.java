@@ -4,25 +4,33 @@ import java.lang.System.Logger.Level;
 import java.lang.reflect.Field;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.function.Consumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.impl.consumer.DefaultMQPushConsumerImpl;
 import org.apache.rocketmq.client.impl.consumer.PullRequest;
 import org.apache.rocketmq.client.impl.consumer.RebalancePushImpl;
+import org.apache.rocketmq.client.impl.factory.MQClientInstance;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
- * RocketMQ's push rebalance, with the first pull of every queue it gains sent at once, and a word to
- * the helper as soon as a rebalance has changed the queues the client holds.
+ * RocketMQ's push rebalance, with the first pull of every queue it gains sent as soon as the brokers
+ * know the rebalance's subscription, and a word to the helper as soon as a rebalance has changed
+ * the queues the client holds.
  *
- * <p>RocketMQ 5.x dispatches the first pull of a queue a client gained 500 ms after its rebalance
- * ({@code RebalanceImpl.updateProcessQueueTableInRebalance} calls {@code
- * dispatchPullRequest(pullRequestList, 500)}). The pull's offset is read from the broker before
- * that wait ({@code computePullFromWhere}), so the wait changes nothing of what is consumed, only
- * when: with a handover the old owner stored its offset before the queue was given on, and in one
- * step the offset is the one read at the rebalance either way. The trace of a move showed it as
- * most of a one-step move's time (docs/benchmarks.md, section 6): it is skipped. RocketMQ 4.x pulls
- * at once and never calls the two-argument method below, which is then unused.
+ * <p>A rebalance that changed the queues held stamps the subscription with a new version and tells
+ * every broker in a heartbeat ({@code messageQueueChanged}, after the queues' pull requests were
+ * dispatched). A pull that carries the new version to a broker that has not had the heartbeat yet is
+ * refused ({@code SUBSCRIPTION_NOT_LATEST}) and tried again only after {@code
+ * pullTimeDelayMillsWhenException} (1 s on 5.x, 3 s on 4.x). RocketMQ 5.x avoids that race by
+ * dispatching the first pull of a queue it gained 500 ms after the rebalance ({@code
+ * dispatchPullRequest(pullRequestList, 500)}); 4.x pulls at once and runs into it now and then. Here
+ * the first pulls are held until {@code messageQueueChanged} has sent its heartbeat (a request that
+ * waits for each broker's answer), then sent at once: neither the wait nor the refusal. The pull's
+ * offset is read before either ({@code computePullFromWhere}), so this changes only when a queue is
+ * consumed, never from where. Should no {@code messageQueueChanged} follow, the pulls go after
+ * 500 ms, as on 5.x. The trace of a move showed both the wait and the refusals (docs/benchmarks.md,
+ * section 6).
  *
  * <p>{@code messageQueueChanged} (both lines) follows the rebalance's drop of the queues a generation
  * took away: the helper looks at once whether it can commit and release them, instead of at its
@@ -30,10 +38,14 @@ import org.apache.rocketmq.common.message.MessageQueue;
  */
 final class PromptRebalancePushImpl extends RebalancePushImpl {
     private static final System.Logger LOG = System.getLogger(PromptRebalancePushImpl.class.getName());
+    /** When held first pulls go without a heartbeat: RocketMQ 5.x's own wait. */
+    private static final long FALLBACK_MS = 500;
 
     private final DefaultMQPushConsumerImpl impl;
     private final Runnable changed;
     private final Consumer<MessageQueue> pulling;
+    /** First pulls waiting for the rebalance's heartbeat; each is taken out, and sent, once. */
+    private final ConcurrentLinkedQueue<PullRequest> held = new ConcurrentLinkedQueue<>();
 
     private PromptRebalancePushImpl(DefaultMQPushConsumerImpl impl, Runnable changed, Consumer<MessageQueue> pulling) {
         super(impl);
@@ -72,20 +84,35 @@ final class PromptRebalancePushImpl extends RebalancePushImpl {
     @Override
     public void messageQueueChanged(String topic, Set<MessageQueue> mqAll, Set<MessageQueue> mqDivided) {
         try {
-            super.messageQueueChanged(topic, mqAll, mqDivided);
+            super.messageQueueChanged(topic, mqAll, mqDivided); // its heartbeat carries the new version
         } finally {
-            changed.run();
+            try {
+                sendHeld();
+            } finally {
+                changed.run();
+            }
         }
     }
 
-    /** As RocketMQ 5.x's own, without the delay (no {@code @Override}: 4.x has no such method). */
+    /** RocketMQ 5.x's call: held until the heartbeat instead of 500 ms (no {@code @Override}: 4.x has none). */
     public void dispatchPullRequest(List<PullRequest> pullRequestList, long delay) {
         dispatchPullRequest(pullRequestList);
     }
 
-    /** As RocketMQ 4.x's own (no {@code @Override}: 5.x has no such method). */
+    /** RocketMQ 4.x's call: held until the heartbeat (no {@code @Override}: 5.x has no such method). */
     public void dispatchPullRequest(List<PullRequest> pullRequestList) {
-        for (PullRequest pullRequest : pullRequestList) {
+        if (pullRequestList.isEmpty()) {
+            return;
+        }
+        held.addAll(pullRequestList);
+        MQClientInstance client = getmQClientFactory();
+        if (client != null) {
+            client.getPullMessageService().executeTaskLater(this::sendHeld, FALLBACK_MS);
+        }
+    }
+
+    private void sendHeld() {
+        for (PullRequest pullRequest = held.poll(); pullRequest != null; pullRequest = held.poll()) {
             pulling.accept(pullRequest.getMessageQueue());
             impl.executePullRequestImmediately(pullRequest);
         }

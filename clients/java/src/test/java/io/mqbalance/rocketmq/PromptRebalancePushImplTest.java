@@ -15,9 +15,10 @@ import org.apache.rocketmq.common.message.MessageQueue;
 import org.junit.jupiter.api.Test;
 
 /**
- * The push helper puts its rebalance in place of the consumer's own (once, on both lines): on 5.x a
- * queue gained is pulled at once rather than 500 ms later (4.x pulls at once), and a rebalance that
- * changed the queues held tells the helper, as does each first pull it sends (for the move's trace).
+ * The push helper puts its rebalance in place of the consumer's own (once, on both lines): the first
+ * pull of a queue gained is held until the rebalance has sent its heartbeat (not 500 ms as on 5.x),
+ * and a rebalance that changed the queues held tells the helper, as does each first pull it sends
+ * (for the move's trace).
  * Needs no harness (the consumer is not started).
  */
 class PromptRebalancePushImplTest {
@@ -35,20 +36,16 @@ class PromptRebalancePushImplTest {
         assertFalse(PromptRebalancePushImpl.install(consumer, changes::incrementAndGet, pulled::add),
             "replaced once");
 
+        PullRequest first = new PullRequest();
+        first.setMessageQueue(new MessageQueue("orders", "broker-a", 3));
+        ((PromptRebalancePushImpl) rebalance).dispatchPullRequest(List.of(first), 500);
+        assertEquals(List.of(), pulled, "held until the rebalance's heartbeat");
         try {
             rebalance.messageQueueChanged("orders", Set.of(), Set.of());
         } catch (RuntimeException e) {
             // not started: RocketMQ's own part needs the client instance start() makes
         }
         assertEquals(1, changes.get(), "the helper hears of the change");
-
-        PullRequest first = new PullRequest();
-        first.setMessageQueue(new MessageQueue("orders", "broker-a", 3));
-        try {
-            ((PromptRebalancePushImpl) rebalance).dispatchPullRequest(List.of(first), 500);
-        } catch (RuntimeException e) {
-            // not started: no pull service to send it
-        }
-        assertEquals(List.of(first.getMessageQueue()), pulled, "the trace hears of the first pull");
+        assertEquals(List.of(first.getMessageQueue()), pulled, "sent after the heartbeat, and the trace hears of it");
     }
 }
