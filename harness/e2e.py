@@ -856,7 +856,7 @@ def run(
                 journal_moves(journal, v.group, TOPIC), ((r[0], r[1], r[2], r[6]) for r in records)
             )
             score.moves = figures(moved, v.killed, (started_epoch_ms / 1000, stopped_epoch), v.left)
-            score.trace = trace_figures(lines, journal, v.group)
+            score.trace = trace_figures(lines, journal, v.group, started_epoch_ms / 1000)
         scores.append(score)
     return scores
 

@@ -198,10 +198,15 @@ def move_lines(log_text: str) -> list[dict[str, object]]:
 
 
 def trace_figures(
-    lines: Iterable[Mapping[str, object]], journal: Iterable[JournalRecord], group: str
+    lines: Iterable[Mapping[str, object]],
+    journal: Iterable[JournalRecord],
+    group: str,
+    since: float = float("-inf"),
 ) -> TraceFigures:
     """The medians of ``group``'s move steps: its generations' time from their change (journal) and
-    its sidecars' move lines (:func:`move_lines`), the revoking and the gaining apart."""
+    its sidecars' move lines (:func:`move_lines`), the revoking and the gaining apart. Only the
+    generations published at ``since`` (epoch seconds: the producer's start) or later count: before
+    it, a gained queue waits for the first message sent, which says nothing of the move."""
     nan = float("nan")
 
     def median(values: list[float]) -> float:
@@ -213,17 +218,15 @@ def trace_figures(
             for n in names
         }
 
-    mine = [line for line in lines if line.get("group") == group]
+    published = [r for r in journal if r.group == group and r.time >= since]
+    counted = {r.generation for r in published}
+    mine = [line for line in lines if line.get("group") == group and line.get("generation") in counted]
     revoking = [m for m in mine if m.get("revoked")]
     gaining = [m for m in mine if m.get("gained") and not m.get("revoked")]
     joining = [m for m in gaining if m.get(JOINED)]
-    since = [
-        r.since_change_seconds * 1000
-        for r in journal
-        if r.group == group and r.since_change_seconds is not None
-    ]
+    from_change = [r.since_change_seconds * 1000 for r in published if r.since_change_seconds is not None]
     return TraceFigures(
-        generation_ms=median(since),
+        generation_ms=median(from_change),
         old_owner_ms=steps(revoking, OLD_OWNER_STEPS),
         new_owner_ms=steps([m for m in gaining if not m.get(JOINED)], NEW_OWNER_STEPS),
         joining_ms=steps(joining, NEW_OWNER_STEPS),

@@ -149,6 +149,7 @@ def test_the_trace_is_the_median_of_each_step_the_revoking_and_the_gaining_apart
     assert len(lines) == 5
     assert [line["joined"] for line in lines] == [True, True, False, False, False]
     journal = [
+        line(2, 0.5, {"a": [Q0]}),
         replace(line(3, 1.0, {"a": [Q0]}), since_change_seconds=0.004),
         replace(line(4, 2.0, {"a": [Q0]}), since_change_seconds=0.012),
         line(5, 3.0, {"a": [Q0]}),  # not measured
@@ -166,3 +167,7 @@ def test_the_trace_is_the_median_of_each_step_the_revoking_and_the_gaining_apart
     assert trace.new_owner_ms["pulled"] == 9.0
     assert math.isnan(trace.new_owner_ms["consumed"])
     assert trace.joining_ms["consumed"] == 900.0, "a joining pod's first move apart"
+    sending = trace_figures(lines, journal, "g", since=1.5)
+    assert sending.moves == 2, "generations published before the producer started are left out"
+    assert sending.generation_ms == pytest.approx(12.0)
+    assert math.isnan(sending.joining_ms["consumed"])
