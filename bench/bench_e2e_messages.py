@@ -16,7 +16,8 @@ it from its old owner to the first consumption by its new owner), beside the one
 where a move's time goes: the medians of its steps, from the change the operator answered to its
 generation, and on each side's sidecar from the generation's receipt (docs/sidecar.md, "The trace of
 a move").
-``--rounds`` repeats the run in the same world, each round with consumer groups of its own.
+``--rounds`` repeats the run in the same world, each round with consumer groups of its own;
+``--graceful`` has member 1 leave cleanly instead of the SIGKILL (only moves between live members).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -152,7 +154,13 @@ def main() -> int:
         default=",".join(DEFAULT_VARIANTS),
         help=f"any of {', '.join(VARIANTS)} (default: the five of docs/benchmarks.md, section 6)",
     )
+    parser.add_argument(
+        "--graceful",
+        action="store_true",
+        help="member 1 leaves cleanly instead of being SIGKILLed: only moves between live members",
+    )
     args = parser.parse_args()
+    script = tuple(replace(s, action="leave") if args.graceful and s.action == "kill" else s for s in SCRIPT)
     print(machine())
     lost = False
     with world(args.workdir) as w:
@@ -164,12 +172,13 @@ def main() -> int:
                 seconds=args.seconds,
                 rate=args.rate,
                 keys=args.keys,
+                script=script,
                 tag="" if n == 1 else f"r{n}",
             )
             lost = lost or any(s.lost for s in scores)
             print()
             load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
-            steps = "; ".join(f"{s.at:.0%} {s.action} {s.member}" for s in SCRIPT)
+            steps = "; ".join(f"{s.at:.0%} {s.action} {s.member}" for s in script)
             print(f"round {n}: {load}; members 0, 1, 2 from the start; {steps}")
             print("each step began and ended (s after the producer started): " + "; ".join(scores[0].events))
             print()
