@@ -51,6 +51,7 @@ from bench.common import (
 from harness.apps.operator import OperatorProcess
 from harness.apps.sidecar import SidecarProcess
 from harness.kube.api import KubeApi
+from mqbalance.sidecar.client import SidecarError
 
 NS = "latency"
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -65,8 +66,10 @@ def follow_sidecar(sidecar: SidecarProcess, arrivals: Arrivals, name: str, after
     while True:
         try:
             generation = sidecar.long_poll(after, timeout=60)
-        except OSError:
-            return  # the sidecar was stopped
+        except SidecarError as e:
+            if e.status == 0:
+                return  # the sidecar was stopped
+            raise
         arrivals.add(name, time.perf_counter(), generation)
         after = generation
 
