@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from harness.processes import net
 
 
@@ -18,7 +20,7 @@ def test_picks_before_any_bind_never_share_a_port() -> None:
 def test_picks_lie_beneath_the_ephemeral_range() -> None:
     low, _high = net._ephemeral_range()
     if low - net._LOWEST < 2000:
-        return  # this kernel leaves no room beneath its range: the harness takes the kernel's picks
+        pytest.skip("this kernel leaves no room beneath its ephemeral range: the harness takes its picks")
     ports = [net.free_port() for _ in range(50)]
     assert all(net._LOWEST <= p < min(net._HIGHEST, low) for p in ports), ports
 
@@ -26,7 +28,7 @@ def test_picks_lie_beneath_the_ephemeral_range() -> None:
 def test_a_port_something_listens_on_is_skipped() -> None:
     picks = net._Ports()
     if not picks.candidates:
-        return  # the kernel's picks: it never hands out a port something listens on
+        pytest.skip("the kernel's picks: it never hands out a port something listens on")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
         # The first candidate from the cursor on that this test can hold (others may be in use).
         for step in range(1, 200):
@@ -36,8 +38,11 @@ def test_a_port_something_listens_on_is_skipped() -> None:
             except OSError:
                 continue
             break
+        else:
+            pytest.fail("none of 199 candidate ports could be held")
         held.listen()
         port = held.getsockname()[1]
+        assert port == picks.candidates[index]
         picks.cursor = index - 1  # the next pick would be the held port
         assert not net.bindable(port)
         assert picks.take((0,)) != port

@@ -18,8 +18,7 @@ import org.junit.jupiter.api.Test;
  * The push helper puts its rebalance in place of the consumer's own (once, on both lines): the first
  * pull of a queue gained is held until the rebalance has sent its heartbeat (not 500 ms as on 5.x),
  * and a rebalance that changed the queues held tells the helper, as does each first pull it sends
- * (for the move's trace).
- * Needs no harness (the consumer is not started).
+ * (for the move's trace). Needs no harness (the consumer is not started).
  */
 class PromptRebalancePushImplTest {
     @Test
